@@ -1,0 +1,36 @@
+# Set-up and everyday tasks. Every target creates .venv and installs what is missing.
+#   make setup              CPU build of torch (pinned, small)
+#   make setup TORCH=torch  the default PyPI build of torch, which on Linux is the CUDA build
+PYTHON ?= python3
+TORCH  ?= torch==2.13.0
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DATA   ?= ../shared/data/multi30k
+
+.PHONY: setup test lint demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check nmt_cli tests bench
+	$(BIN)/ruff format --check nmt_cli tests bench
+
+demo: $(STAMP)
+	$(BIN)/python -m nmt_cli.demo --out demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py --data $(DATA)
+
+clean:
+	rm -rf $(VENV) demo bench/results bench/work .pytest_cache

@@ -1,0 +1,7 @@
+"""`nmt prepare`: not built yet."""
+
+from nmt_cli.errors import InputError
+
+
+def run(**_options: object) -> None:
+    raise InputError("nmt prepare is not built yet")

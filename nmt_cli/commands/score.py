@@ -1,0 +1,7 @@
+"""`nmt score`: not built yet."""
+
+from nmt_cli.errors import InputError
+
+
+def run(**_options: object) -> None:
+    raise InputError("nmt score is not built yet")

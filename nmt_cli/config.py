@@ -1,0 +1,311 @@
+"""Typed configuration: the recipe schema, its loader and its writer.
+
+The dataclasses here are the only schema. Recipes are TOML files with the
+sections [model], [train], [decode] and [average]; unknown keys, wrong types and
+impossible values fail at load time naming the file and `section.key`.
+Imports only the standard library and `errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nmt_cli.errors import InputError
+
+# Fixed sentencepiece ids (data/spm.py trains with these), shared by data, model and search.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclass
+class ModelConfig:
+    """The Transformer's hyper-parameters; names follow the paper's Table 3."""
+
+    encoder_layers: int = 6
+    """N for the encoder stack (§3.1)."""
+    decoder_layers: int = 6
+    """N for the decoder stack (§3.1)."""
+    d_model: int = 512
+    """Width of every sub-layer output and embedding (§3.1)."""
+    d_ff: int = 2048
+    """Inner width of the position-wise feed-forward network (§3.3)."""
+    heads: int = 8
+    """h, the number of attention heads (§3.2.2)."""
+    d_k: int = 64
+    """Query/key width per head (§3.2.2)."""
+    d_v: int = 64
+    """Value width per head (§3.2.2)."""
+    dropout: float = 0.1
+    """P_drop: on sub-layer outputs and on embedding+position sums (§5.4)."""
+    attention_dropout: float = 0.0
+    """Dropout on attention weights (not in the paper; fairseq's attention_dropout)."""
+    activation_dropout: float = 0.0
+    """Dropout after the feed-forward ReLU (not in the paper)."""
+    norm: str = "post"
+    """"post": LayerNorm(x + Dropout(Sublayer(x))) as in the paper; "pre": x + Dropout(Sublayer(LN(x)))."""
+    positions: str = "sinusoidal"
+    """"sinusoidal" (§3.5) or "learned" position embeddings."""
+    share_embeddings: bool = True
+    """Tie decoder input embedding and pre-softmax weights (§3.4); also the source embedding
+    when the vocabulary is joint."""
+    max_positions: int = 1024
+    """Longest sequence (in pieces, with EOS) the model accepts."""
+    residual_attention: bool = False
+    """RealFormer: add the previous layer's raw attention scores to this layer's."""
+    attention_window: int = 0
+    """Restricted self-attention (§4, Table 1): attend only within radius r; 0 means unrestricted."""
+    src_vocab_size: int = 0
+    """Set from the prepared data; not a recipe value."""
+    tgt_vocab_size: int = 0
+    """Set from the prepared data; not a recipe value."""
+    joint_vocab: bool = True
+    """Set from the prepared data: source and target share one sentencepiece model."""
+
+    def validate(self, where: str) -> None:
+        _check(self.d_model % self.heads == 0, where, "model.d_model",
+               f"{self.d_model} is not divisible by model.heads = {self.heads}")
+        for name in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "d_k", "d_v",
+                     "max_positions"):
+            _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
+        _check(self.norm in ("post", "pre"), where, "model.norm", f"'{self.norm}': use \"post\" or \"pre\"")
+        _check(self.positions in ("sinusoidal", "learned"), where, "model.positions",
+               f"'{self.positions}': use \"sinusoidal\" or \"learned\"")
+        _check(self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1")
+
+
+@dataclass
+class TrainConfig:
+    """The training recipe (§5)."""
+
+    max_tokens: int = 4096
+    """Tokens per batch, counted as padded size of the larger side."""
+    update_freq: int = 1
+    """Batches accumulated into one update (effective batch = max_tokens x update_freq x GPUs)."""
+    label_smoothing: float = 0.1
+    """eps_ls (§5.4)."""
+    lr_schedule: str = "noam"
+    """"noam": d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * lr_scale (§5.3, Eq. 3);
+    "inverse_sqrt": linear warm-up to `lr`, then lr * sqrt(warmup / step)."""
+    warmup: int = 4000
+    """warmup_steps (§5.3)."""
+    lr_scale: float = 1.0
+    """Multiplier on the noam schedule."""
+    lr: float = 1e-3
+    """Peak learning rate of the inverse_sqrt schedule."""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    """Adam beta1, beta2 (§5.3)."""
+    adam_eps: float = 1e-9
+    """Adam epsilon (§5.3)."""
+    clip_norm: float = 0.0
+    """Clip the gradient norm to this value; 0 disables (the paper does not clip)."""
+    max_updates: int = 100000
+    """Stop after this many updates; 0 means no limit."""
+    max_epochs: int = 0
+    """Stop after this many epochs; 0 means no limit."""
+    max_minutes: float = 0.0
+    """Stop after this much wall time of training; 0 means no limit."""
+    precision: str = "fp32"
+    """"bf16" (autocast, CPU and GPU), "fp16" (autocast with loss scaling, GPU only) or "fp32"."""
+    save_every_updates: int = 1000
+    """Write a checkpoint every this many updates; 0 disables."""
+    save_every_minutes: float = 10.0
+    """Write a checkpoint every this many minutes (the paper: 10); 0 disables."""
+    keep_last: int = 5
+    """Numbered checkpoints kept on disk (best and last are kept besides)."""
+    valid_every_updates: int = 1000
+    """Validate (loss, perplexity, BLEU) every this many updates; 0 disables."""
+    valid_bleu: bool = True
+    """Decode the valid set during validation and report sacreBLEU."""
+    patience: int = 0
+    """Stop after this many validations without a better valid loss; 0 disables."""
+    log_every_updates: int = 50
+    """Write a metrics.jsonl record every this many updates."""
+    seed: int = 1
+    """Seed for initialisation, dropout and batch order."""
+
+    def validate(self, where: str) -> None:
+        for name in ("max_tokens", "update_freq", "warmup"):
+            _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
+        _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
+        _check(self.lr_schedule in ("noam", "inverse_sqrt"), where, "train.lr_schedule",
+               f"'{self.lr_schedule}': use \"noam\" or \"inverse_sqrt\"")
+        _check(self.precision in ("bf16", "fp16", "fp32"), where, "train.precision",
+               f"'{self.precision}': use \"bf16\", \"fp16\" or \"fp32\"")
+        _check(len(self.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in self.adam_betas), where,
+               "train.adam_betas", "must be two numbers in [0, 1)")
+        _check(self.lr > 0 and self.lr_scale > 0 and self.adam_eps > 0, where, "train.lr",
+               "lr, lr_scale and adam_eps must be positive")
+        for name in ("max_updates", "max_epochs", "max_minutes", "save_every_updates", "save_every_minutes",
+                     "keep_last", "valid_every_updates", "patience", "clip_norm", "log_every_updates"):
+            _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
+
+
+@dataclass
+class DecodeConfig:
+    """Beam search settings (§6.1: beam 4, alpha 0.6, max length input + 50)."""
+
+    beam: int = 4
+    """Beam size; 1 is greedy search."""
+    lenpen: float = 0.6
+    """alpha of the length penalty."""
+    lenpen_style: str = "gnmt"
+    """"gnmt": ((5 + |Y|) / 6)^alpha (the paper's); "fairseq": |Y|^alpha."""
+    max_len_a: float = 1.0
+    """Maximum output length = max_len_a * source length + max_len_b."""
+    max_len_b: int = 50
+    """See max_len_a."""
+
+    def validate(self, where: str) -> None:
+        _check(self.beam >= 1, where, "decode.beam", "must be at least 1")
+        _check(self.lenpen >= 0, where, "decode.lenpen", "must not be negative")
+        _check(self.lenpen_style in ("gnmt", "fairseq"), where, "decode.lenpen_style",
+               f"'{self.lenpen_style}': use \"gnmt\" or \"fairseq\"")
+        _check(self.max_len_a >= 0 and self.max_len_b >= 0, where, "decode.max_len_a",
+               "max_len_a and max_len_b must not be negative")
+
+
+@dataclass
+class AverageConfig:
+    """Checkpoint averaging (§6.1: base the last 5, big the last 20)."""
+
+    last: int = 5
+    """How many of the latest checkpoints `nmt average --run` averages."""
+
+    def validate(self, where: str) -> None:
+        _check(self.last >= 1, where, "average.last", "must be at least 1")
+
+
+@dataclass
+class RunConfig:
+    """A whole recipe: one section per dataclass above."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    average: AverageConfig = field(default_factory=AverageConfig)
+
+    def validate(self, where: str) -> None:
+        for section in dataclasses.fields(self):
+            getattr(self, section.name).validate(where)
+
+
+def _check(ok: bool, where: str, key: str, problem: str) -> None:
+    if not ok:
+        raise InputError(f"{where}: {key}: {problem}")
+
+
+def _coerce(value: object, annotation: str, key: str, where: str) -> object:
+    """Check a TOML value against a field's annotation; ints are accepted for floats."""
+    def bad() -> InputError:
+        return InputError(f"{where}: {key}: expected {annotation}, got {value!r}")
+
+    if annotation == "bool":
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if annotation == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+        return value
+    if annotation == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise bad()
+        return float(value)
+    if annotation == "str":
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if annotation == "list[float]":
+        if not isinstance(value, list) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            raise bad()
+        return [float(v) for v in value]
+    raise AssertionError(f"unsupported annotation {annotation}")
+
+
+def from_dict(data: dict, where: str) -> RunConfig:
+    """Build and validate a RunConfig from nested dicts, rejecting unknown sections and keys."""
+    config = RunConfig()
+    sections = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for section_name, values in data.items():
+        if section_name not in sections:
+            raise InputError(f"{where}: unknown section [{section_name}]; valid sections: "
+                             f"{', '.join(sections)}")
+        if not isinstance(values, dict):
+            raise InputError(f"{where}: [{section_name}] must be a table of keys")
+        section = getattr(config, section_name)
+        fields = {f.name: f.type for f in dataclasses.fields(section)}
+        for key, value in values.items():
+            if key not in fields:
+                raise InputError(f"{where}: unknown key {section_name}.{key}; valid keys: "
+                                 f"{', '.join(fields)}")
+            setattr(section, key, _coerce(value, str(fields[key]), f"{section_name}.{key}", where))
+    config.validate(where)
+    return config
+
+
+def parse_override(text: str) -> tuple[str, str, object]:
+    """Split `section.key=value`; the value is read as TOML, else taken as a plain string."""
+    name, sep, raw = text.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key:
+        raise InputError(f"--set {text!r}: expected section.key=value, e.g. --set train.max_updates=500")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunConfig:
+    """Read a recipe file (or the defaults when `path` is None) and apply `--set` overrides."""
+    data: dict = {}
+    where = str(path) if path is not None else "defaults"
+    if path is not None:
+        if not path.is_file():
+            raise InputError(f"recipe {path}: not found or not a file; give a .toml recipe, e.g. "
+                             "recipes/multi30k/small.toml")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"recipe {path}: not valid TOML ({err})") from None
+    for text in overrides:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise InputError(f"--set {text!r}: [{section}] is not a section")
+        data[section][key] = value
+        where = f"{where} (with --set)"
+    return from_dict(data, where)
+
+
+def to_dict(config: RunConfig) -> dict:
+    return dataclasses.asdict(config)
+
+
+def dump_toml(config: RunConfig) -> str:
+    """The resolved config as TOML that `load_recipe` reads back."""
+    lines: list[str] = []
+    for section, values in to_dict(config).items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)

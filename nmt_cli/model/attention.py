@@ -1,0 +1,107 @@
+"""Multi-head attention (§3.2.2) on `scaled_dot_product_attention`, with its incremental cache.
+
+Imports torch only. The cache is an explicit value passed in and returned,
+never state hidden in the module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention layer, (B, h, T, d) each."""
+
+    k: Tensor
+    v: Tensor
+
+    def index_select(self, index: Tensor) -> KVCache:
+        """Reorder the batch dimension (beam search keeps the rows of surviving hypotheses)."""
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index))
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+    Self-attention projects Q, K and V with one fused matrix; cross-attention
+    projects Q from the decoder and K, V (fused) from the encoder output.
+    """
+
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float, self_attention: bool):
+        super().__init__()
+        self.heads, self.d_k, self.d_v = heads, d_k, d_v
+        self.self_attention = self_attention
+        self.dropout = dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, heads * (2 * d_k + d_v))
+        else:
+            self.q_proj = nn.Linear(d_model, heads * d_k)
+            self.kv_proj = nn.Linear(d_model, heads * (d_k + d_v))
+        self.out_proj = nn.Linear(heads * d_v, d_model)
+
+    def _split(self, x: Tensor, d: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, d).transpose(1, 2)  # (B, h, T, d)
+
+    def project_kv(self, memory: Tensor) -> KVCache:
+        """Cross-attention keys and values of the encoder output; computed once per sentence."""
+        k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+        return KVCache(self._split(k, self.d_k), self._split(v, self.d_v))
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: KVCache | None = None,
+        memory_kv: KVCache | None = None,
+        is_causal: bool = False,
+        prev_scores: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache | None, Tensor | None]:
+        """Attend from `x` (B, T, d_model).
+
+        mask: boolean, True where attention is allowed, broadcastable to (B, h, T, S).
+        cache: self-attention keys/values of earlier steps; the new ones are appended.
+        memory_kv: precomputed cross-attention keys/values (see project_kv).
+        prev_scores: RealFormer's raw scores of the previous layer, (B, h, T, S); when given,
+            scores are computed explicitly and returned for the next layer.
+        Returns (output (B, T, d_model), the updated self-attention cache, the raw scores or None).
+        """
+        if self.self_attention:
+            q, k, v = self.qkv_proj(x).split(
+                [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+            q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+            if cache is not None:
+                k = torch.cat([cache.k, k], dim=2)
+                v = torch.cat([cache.v, v], dim=2)
+            new_cache = KVCache(k, v)
+        else:
+            assert memory_kv is not None, "cross-attention needs the projected encoder output"
+            q = self._split(self.q_proj(x), self.d_k)
+            k, v = memory_kv.k, memory_kv.v
+            new_cache = None
+        p = self.dropout if self.training else 0.0
+
+        scores = None
+        if prev_scores is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                 is_causal=is_causal and mask is None)
+        else:
+            # RealFormer needs the raw scores, which SDPA does not return.
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k) + prev_scores  # (B, h, T, S)
+            if is_causal and mask is None:
+                t, s_len = scores.shape[-2:]
+                mask = torch.ones(t, s_len, dtype=torch.bool, device=scores.device).tril(s_len - t)
+            weights = scores
+            if mask is not None:
+                weights = scores.masked_fill(~mask, float("-inf"))
+            weights = F.dropout(weights.softmax(dim=-1), p=p, training=self.training)
+            out = weights @ v
+        b, _, t, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, t, self.heads * self.d_v)  # (B, T, h * d_v)
+        return self.out_proj(out), new_cache, scores

@@ -1,0 +1,83 @@
+"""Building blocks: feed-forward network, residual sub-layer, embeddings and positions.
+
+Imports torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. 2)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation_dropout = activation_dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.dropout(F.relu(self.linear1(x)), self.activation_dropout, self.training)
+        return self.linear2(hidden)
+
+
+class Residual(nn.Module):
+    """The residual connection and layer normalisation around one sub-layer (§3.1, §5.4).
+
+    post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
+    pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
+    The caller runs the sub-layer between `before` and `after`, so attention can
+    return extra values (cache, scores) without this class knowing about them.
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = dropout
+        self.pre_norm = pre_norm
+
+    def before(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def after(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        y = x + F.dropout(sublayer_out, self.dropout, self.training)
+        return y if self.pre_norm else self.norm(y)
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5)."""
+    position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table  # (P, d_model)
+
+
+class Embedding(nn.Module):
+    """Token embedding * sqrt(d_model) + position encoding, then dropout (§3.4, §3.5, §5.4)."""
+
+    def __init__(self, tokens: nn.Embedding, d_model: int, max_positions: int, learned: bool, dropout: float):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(d_model)
+        self.dropout = dropout
+        self.learned = learned
+        if learned:
+            self.positions = nn.Embedding(max_positions, d_model)
+            nn.init.normal_(self.positions.weight, std=d_model**-0.5)
+        else:
+            # Not a parameter and not saved: checkpoints hold only what training changes.
+            self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """ids (B, T) at positions start..start+T-1 -> (B, T, d_model)."""
+        t = ids.shape[1]
+        pos = self.positions.weight[start:start + t] if self.learned else self.table[start:start + t]
+        x = self.tokens(ids) * self.scale + pos  # (B, T, d_model)
+        return F.dropout(x, self.dropout, self.training)

@@ -1,0 +1,199 @@
+"""The Transformer (§3): encoder, decoder, weight tying and incremental decoding.
+
+Pure nn.Module code: no files, printing, logging or device choice. Imports torch
+and `config`. The model returns logits or log-probabilities, never a loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_cli.config import PAD_ID, ModelConfig
+from nmt_cli.model.attention import KVCache, MultiHeadAttention
+from nmt_cli.model.layers import Embedding, FeedForward, Residual
+
+
+@dataclass
+class DecoderState:
+    """Everything decode_step needs besides the next tokens; reordered as one value by beam search."""
+
+    memory_kv: list[KVCache]
+    """Cross-attention keys/values per decoder layer, projected once from the encoder output."""
+    self_kv: list[KVCache | None]
+    """Self-attention keys/values of the steps so far, per decoder layer."""
+    src_mask: Tensor
+    """(B, 1, 1, S), True at real source positions."""
+    step: int = 0
+    """Number of target tokens already fed."""
+
+    def index_select(self, index: Tensor) -> DecoderState:
+        return DecoderState(
+            memory_kv=[kv.index_select(index) for kv in self.memory_kv],
+            self_kv=[kv.index_select(index) if kv is not None else None for kv in self.self_kv],
+            src_mask=self.src_mask.index_select(0, index),
+            step=self.step,
+        )
+
+
+def window_mask(t_q: int, t_k: int, radius: int, causal: bool, device: torch.device) -> Tensor:
+    """(t_q, t_k) boolean mask for queries at the last t_q of t_k positions, True where allowed.
+
+    Restricted self-attention (§4) lets position i see j only when |i - j| <= radius
+    (radius 0 means unrestricted); the decoder also never sees the future.
+    """
+    i = torch.arange(t_k - t_q, t_k, device=device).unsqueeze(1)  # (t_q, 1) absolute query positions
+    j = torch.arange(t_k, device=device).unsqueeze(0)  # (1, t_k)
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool, device=device)
+    if causal:
+        allowed &= j <= i
+    if radius > 0:
+        allowed &= (i - j).abs() <= radius
+    return allowed
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True)
+        self.attn_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, mask: Tensor, scores: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        out, _, scores = self.self_attn(self.attn_res.before(x), mask, prev_scores=scores)
+        x = self.attn_res.after(x, out)
+        x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
+        return x, scores
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True)
+        self.self_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, False)
+        self.cross_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(
+        self, x: Tensor, self_mask: Tensor | None, is_causal: bool, cache: KVCache | None,
+        memory_kv: KVCache, src_mask: Tensor, scores: tuple[Tensor, Tensor] | None,
+    ) -> tuple[Tensor, KVCache | None, tuple[Tensor, Tensor] | None]:
+        self_scores, cross_scores = scores if scores is not None else (None, None)
+        out, cache, self_scores = self.self_attn(
+            self.self_res.before(x), self_mask, cache=cache, is_causal=is_causal, prev_scores=self_scores)
+        x = self.self_res.after(x, out)
+        out, _, cross_scores = self.cross_attn(
+            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores)
+        x = self.cross_res.after(x, out)
+        x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
+        return x, cache, (self_scores, cross_scores) if scores is not None else None
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. Source ids end in EOS; target input starts with BOS."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        assert cfg.src_vocab_size > 0 and cfg.tgt_vocab_size > 0, "vocabulary sizes come from the data"
+        self.cfg = cfg
+        d = cfg.d_model
+        tgt_tokens = nn.Embedding(cfg.tgt_vocab_size, d, padding_idx=PAD_ID)
+        three_way = cfg.share_embeddings and cfg.joint_vocab and cfg.src_vocab_size == cfg.tgt_vocab_size
+        src_tokens = tgt_tokens if three_way else nn.Embedding(cfg.src_vocab_size, d, padding_idx=PAD_ID)
+        learned = cfg.positions == "learned"
+        self.src_embed = Embedding(src_tokens, d, cfg.max_positions, learned, cfg.dropout)
+        self.tgt_embed = Embedding(tgt_tokens, d, cfg.max_positions, learned, cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # Pre-norm leaves the stacks' outputs unnormalised; post-norm already ends in a LayerNorm.
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.output_proj = None if cfg.share_embeddings else nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+            elif p.dim() == 1 and name.endswith(".bias"):
+                nn.init.zeros_(p)
+        for emb in {id(e): e for e in (self.src_embed.tokens, self.tgt_embed.tokens)}.values():
+            # N(0, d^-1/2) so that the sqrt(d_model) scaling gives unit-variance inputs.
+            nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[PAD_ID].zero_()
+
+    def _residual_scores(self, x: Tensor) -> Tensor | None:
+        # RealFormer starts the score stream at zero; None selects the plain SDPA path.
+        return x.new_zeros(()) if self.cfg.residual_attention else None
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d_model) and src_mask (B, 1, 1, S), True at real tokens."""
+        src_mask = (src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
+        mask = src_mask
+        if self.cfg.attention_window > 0:
+            s = src.shape[1]
+            mask = src_mask & window_mask(s, s, self.cfg.attention_window, False, src.device)
+        x = self.src_embed(src)
+        scores = self._residual_scores(x)
+        for layer in self.encoder:
+            x, scores = layer(x, mask, scores)
+        return self.encoder_norm(x), src_mask
+
+    def _decode(self, tgt_in: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Run the decoder over tgt_in (B, T) at positions state.step.. -> hidden (B, T, d_model)."""
+        t, start = tgt_in.shape[1], state.step
+        incremental = start > 0 or state.self_kv[0] is not None
+        x = self.tgt_embed(tgt_in, start)
+        plain_causal = self.cfg.attention_window == 0 and not self.cfg.residual_attention
+        if incremental and t == 1 and self.cfg.attention_window == 0:
+            self_mask, is_causal = None, False  # one new query may see every earlier key
+        elif plain_causal:
+            self_mask, is_causal = None, True
+        else:
+            self_mask = window_mask(t, start + t, self.cfg.attention_window, True, tgt_in.device)
+            is_causal = False
+        scores = self._residual_scores(x)
+        scores_pair = (scores, scores) if scores is not None else None
+        new_kv: list[KVCache | None] = []
+        for layer, cache, memory_kv in zip(self.decoder, state.self_kv, state.memory_kv, strict=True):
+            x, cache, scores_pair = layer(x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores_pair)
+            new_kv.append(cache)
+        state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t)
+        return self.decoder_norm(x), state
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear transformation (§3.4): hidden (..., d_model) -> logits (..., V)."""
+        if self.output_proj is None:
+            return F.linear(hidden, self.tgt_embed.tokens.weight)
+        return self.output_proj(hidden)
+
+    def init_state(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+        memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder]
+        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)
+        hidden, _ = self._decode(tgt_in, self.init_state(memory, src_mask))
+        return self.project(hidden)
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Feed the newest target tokens (B, 1) -> log-probabilities (B, V) of the next, and the new state."""
+        hidden, state = self._decode(tokens, state)
+        logits = self.project(hidden[:, -1])  # (B, V)
+        return logits.float().log_softmax(dim=-1), state
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

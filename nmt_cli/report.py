@@ -1,0 +1,85 @@
+"""What long-running commands tell the user: progress bars, messages and tables on stderr,
+and the machine-readable metrics.jsonl of a training run.
+
+Progress bars are silent with --quiet and when stderr is not a terminal; messages
+and warnings are silent only with --quiet. Imports rich, tqdm and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+T = TypeVar("T")
+
+
+class Reporter:
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.bars_enabled = not quiet and sys.stderr.isatty()
+
+    def progress(self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
+        """Iterate with a progress bar on stderr (when enabled)."""
+        yield from tqdm(items, desc=desc, total=total, unit=unit, disable=not self.bars_enabled,
+                        file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def bar(self, desc: str, total: int | None = None, unit: str = "it", initial: int = 0) -> tqdm:
+        """A manually advanced bar (`bar.update(n)`, `bar.set_postfix_str(...)`, `bar.close()`)."""
+        return tqdm(desc=desc, total=total, unit=unit, initial=initial, disable=not self.bars_enabled,
+                    file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False)
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(f"warning: {message}", markup=False, style="yellow")
+
+    def table(self, title: str, columns: list[str], rows: list[list[object]]) -> None:
+        if self.quiet:
+            return
+        table = Table(title=title, title_justify="left")
+        for i, column in enumerate(columns):
+            table.add_column(column, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*(_fmt(v) for v in row))
+        self.console.print(table)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+class MetricsLog:
+    """Appends one JSON object per line; each line is flushed so a running job can be plotted."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, record: dict) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=False) + "\n")
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        records = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a killed run
+        return records
