@@ -1,0 +1,135 @@
+"""Behaviour of the Transformer core: masks, padding, incremental decoding, learning."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from nmt_cli.model import Transformer
+
+VOCAB = 40
+
+VARIANTS = {
+    "post": {},
+    "pre": {"norm": "pre"},
+    "realformer": {"residual_attention": True},
+    "windowed": {"attention_window": 2},
+    "learned-pre-realformer-windowed": {"positions": "learned", "norm": "pre", "residual_attention": True,
+                                        "attention_window": 3},
+}
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8,
+                      dropout=0.0, max_positions=64, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, **overrides)
+    return Transformer(cfg).eval()
+
+
+def rand_tokens(b: int, t: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, VOCAB, (b, t), generator=g)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_future_target_tokens_never_change_earlier_outputs(variant):
+    model = tiny(**VARIANTS[variant])
+    src, tgt = rand_tokens(2, 7), rand_tokens(2, 6, seed=2)
+    changed = tgt.clone()
+    changed[:, 4:] = rand_tokens(2, 2, seed=3)
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_a_batch_never_changes_real_positions(variant):
+    model = tiny(**VARIANTS[variant])
+    src, tgt = rand_tokens(1, 5), rand_tokens(1, 4, seed=2)
+    padded_src = torch.cat([src, torch.full((1, 3), PAD_ID)], dim=1)
+    padded_tgt = torch.cat([tgt, torch.full((1, 2), PAD_ID)], dim=1)
+    with torch.no_grad():
+        alone = model(src, tgt)
+        batched = model(padded_src, padded_tgt)
+    torch.testing.assert_close(batched[:, :4], alone, rtol=0, atol=1e-5)
+
+
+def test_padded_source_positions_receive_no_attention():
+    model = tiny()
+    src = torch.cat([rand_tokens(2, 5), torch.full((2, 4), PAD_ID)], dim=1)
+    tgt = rand_tokens(2, 6, seed=2)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        clean = model._decode(tgt, model.init_state(memory, src_mask))[0]
+        # Whatever sits at padded positions of the encoder output must not reach the decoder.
+        noisy_memory = memory.clone()
+        noisy_memory[:, 5:] = torch.randn_like(noisy_memory[:, 5:]) * 100
+        noisy = model._decode(tgt, model.init_state(noisy_memory, src_mask))[0]
+    torch.testing.assert_close(noisy, clean, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_incremental_decoding_equals_full_forward(variant):
+    model = tiny(**VARIANTS[variant])
+    src = torch.cat([rand_tokens(3, 6), torch.full((3, 2), PAD_ID)], dim=1)
+    src[0, 6:] = rand_tokens(1, 2, seed=5)  # rows of different lengths
+    tgt = torch.cat([torch.full((3, 1), BOS_ID), rand_tokens(3, 7, seed=2)], dim=1)
+    with torch.no_grad():
+        full = model(src, tgt).log_softmax(dim=-1)
+        memory, src_mask = model.encode(src)
+        state = model.init_state(memory, src_mask)
+        steps = []
+        for i in range(tgt.shape[1]):
+            log_probs, state = model.decode_step(tgt[:, i:i + 1], state)
+            steps.append(log_probs)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_reordering_the_state_follows_the_rows():
+    model = tiny()
+    src, tgt = rand_tokens(3, 5), rand_tokens(3, 3, seed=2)
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        state = model.init_state(memory, mask)
+        for i in range(2):
+            _, state = model.decode_step(tgt[:, i:i + 1], state)
+        order = torch.tensor([2, 0, 0])
+        reordered, _ = model.decode_step(tgt[order, 2:3], state.index_select(order))
+        direct, _ = model.decode_step(tgt[:, 2:3], state)
+    torch.testing.assert_close(reordered, direct[order], rtol=0, atol=1e-6)
+
+
+def test_weight_sharing_is_three_way_with_a_joint_vocabulary():
+    model = tiny()
+    assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    assert model.output_proj is None
+    separate = tiny(joint_vocab=False)
+    assert separate.src_embed.tokens.weight is not separate.tgt_embed.tokens.weight
+    unshared = tiny(share_embeddings=False)
+    assert unshared.output_proj is not None
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = tiny()
+    ids = torch.tensor([[5]])
+    expected = model.src_embed.tokens.weight[5] * 32**0.5 + model.src_embed.table[0]
+    torch.testing.assert_close(model.src_embed(ids)[0, 0], expected)
+
+
+def test_a_tiny_model_overfits_a_handful_of_pairs():
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16,
+                      dropout=0.0, max_positions=32, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+    model = Transformer(cfg)
+    src = rand_tokens(8, 6)
+    target = src.flip(1)  # learn to reverse
+    tgt_in = torch.cat([torch.full((8, 1), BOS_ID), target], dim=1)
+    tgt_out = torch.cat([target, torch.full((8, 1), EOS_ID)], dim=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    for _ in range(150):
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
