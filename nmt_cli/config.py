@@ -264,10 +264,23 @@ def parse_override(text: str) -> tuple[str, str, object]:
     return section, key, value
 
 
+def with_overrides(data: dict, overrides: typing.Sequence[str], where: str) -> RunConfig:
+    """Apply `--set section.key=value` overrides to nested dicts, then build and validate the config."""
+    data = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise InputError(f"--set {text!r}: [{section}] is not a section")
+        data[section][key] = value
+    if overrides:
+        where = f"{where} (with --set)"
+    return from_dict(data, where)
+
+
 def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunConfig:
     """Read a recipe file (or the defaults when `path` is None) and apply `--set` overrides."""
     data: dict = {}
-    where = str(path) if path is not None else "defaults"
     if path is not None:
         if not path.is_file():
             raise InputError(f"recipe {path}: not found or not a file; give a .toml recipe, e.g. "
@@ -276,14 +289,7 @@ def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunC
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise InputError(f"recipe {path}: not valid TOML ({err})") from None
-    for text in overrides:
-        section, key, value = parse_override(text)
-        data.setdefault(section, {})
-        if not isinstance(data[section], dict):
-            raise InputError(f"--set {text!r}: [{section}] is not a section")
-        data[section][key] = value
-        where = f"{where} (with --set)"
-    return from_dict(data, where)
+    return with_overrides(data, overrides, str(path) if path is not None else "defaults")
 
 
 def to_dict(config: RunConfig) -> dict:

@@ -1,7 +1,85 @@
-"""`nmt train`: not built yet."""
+"""`nmt train`: resolve the config, load the corpus, build or restore the model, and train.
 
+Running it again on an existing run directory resumes from `checkpoints/checkpoint_last.pt`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from nmt_cli import checkpoint
+from nmt_cli.config import RunConfig, dump_toml, load_recipe, to_dict, with_overrides
+from nmt_cli.data import corpus, spm
+from nmt_cli.device import check_precision, resolve_device, set_threads
 from nmt_cli.errors import InputError
+from nmt_cli.model import Transformer, count_parameters
+from nmt_cli.report import Reporter
+from nmt_cli.training.loop import Session, train
+
+DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
 
 
-def run(**_options: object) -> None:
-    raise InputError("nmt train is not built yet")
+def run(data: Path, out: Path, recipe: Path | None, overrides: list[str], device: str, threads: int,
+        compile_model: bool, quiet: bool) -> None:
+    reporter = Reporter(quiet)
+    set_threads(threads)
+    dev = resolve_device(device)
+    meta = corpus.load_meta(data)
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    resume = checkpoint.load(last) if last.exists() else None
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    cfg = resolve_config(recipe, overrides, resume, last, meta)
+    check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
+    train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
+    src_model, tgt_model = spm.read_models(data, meta)
+
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / "config.toml", dump_toml(cfg))
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model)
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+    model.to(dev)
+    if compile_model:
+        model.compile()
+    update = resume["progress"]["update"] if resume else 0
+    reporter.info(f"{'resuming' if resume else 'training'} {out} at update {update}: "
+                  f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
+                  f"{dev.type} {cfg.train.precision}, {torch.get_num_threads()} threads")
+    session = Session(model=model, cfg=cfg, train_data=train_data, valid_data=valid_data, run_dir=out,
+                      spm_models={"src": src_model, "tgt": tgt_model}, device=dev, reporter=reporter,
+                      tgt_processor=spm.load_processor(tgt_model))
+    reason = train(session, resume)
+    reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
+
+
+def resolve_config(recipe: Path | None, overrides: list[str], resume: dict | None, last: Path,
+                   meta: dict) -> RunConfig:
+    """The run's config: the recipe (or, when resuming without one, the run's own config) plus
+    --set overrides, with the vocabulary taken from the data. A resumed run may change training
+    and decoding settings (say, max_updates) but not the model."""
+    if resume is not None and recipe is None:
+        cfg = with_overrides(resume["config"], overrides, f"run config in {last}")
+    else:
+        cfg = load_recipe(recipe, overrides)
+    cfg.model.src_vocab_size = int(meta["vocab_size"]["src"])
+    cfg.model.tgt_vocab_size = int(meta["vocab_size"]["tgt"])
+    cfg.model.joint_vocab = bool(meta["joint"])
+    if resume is not None:
+        stored = resume["config"]["model"]
+        for key, value in to_dict(cfg)["model"].items():
+            if stored.get(key) != value:
+                what = "the data" if key in DATA_FIELDS else "the recipe"
+                raise InputError(f"cannot resume {last}: model.{key} is {stored.get(key)!r} there but "
+                                 f"{value!r} from {what}; use a new --out to train a different model")
+    return cfg
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""Token-budget batches of similar-length pairs, and their collation into padded tensors.
+
+Batches are a pure function of (lengths, max_tokens, seed, epoch), so a resumed run
+rebuilds exactly the batches it was working through. Imports numpy, torch and `config`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+
+# Pairs are shuffled, then sorted by length inside buckets of this many batches' worth of
+# pairs: similar lengths (little padding) while every epoch still sees a fresh mix.
+BUCKET_BATCHES = 100
+
+
+def make_batches(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+) -> list[np.ndarray]:
+    """Split pair indices into batches whose padded size (rows x longest side, EOS/BOS included)
+    stays within max_tokens. Pairs that alone exceed max_tokens are left out.
+
+    With shuffle=False (validation) pairs are sorted by length and batches keep that order.
+    """
+    # +1: the EOS appended to the source, and BOS/EOS on the two target views.
+    width = np.maximum(src_lengths, tgt_lengths).astype(np.int64) + 1
+    fits = np.flatnonzero(width <= max_tokens)
+    rng = np.random.default_rng([seed, epoch])
+    if shuffle:
+        order = fits[rng.permutation(len(fits))]
+        mean_width = max(1.0, float(width[fits].mean())) if len(fits) else 1.0
+        bucket = max(1, int(BUCKET_BATCHES * max_tokens / mean_width))
+    else:
+        order, bucket = fits, max(1, len(fits))
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), bucket):
+        chunk = order[start : start + bucket]
+        chunk = chunk[np.argsort(width[chunk], kind="stable")]
+        batches.extend(_split_sorted(chunk, width[chunk], max_tokens))
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def _split_sorted(indices: np.ndarray, widths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Greedy cut of length-sorted pairs: a batch grows while rows x current width fits."""
+    cuts = [0]
+    rows = 0
+    for i, w in enumerate(widths.tolist()):
+        if (rows + 1) * w > max_tokens:
+            cuts.append(i)
+            rows = 0
+        rows += 1
+    cuts.append(len(indices))
+    return [indices[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def collate(src: list[np.ndarray], tgt: list[np.ndarray] | None = None) -> dict[str, Tensor]:
+    """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with BOS; tgt_out (B, T) ending in EOS."""
+    batch = {"src": _pad([np.append(s, EOS_ID) for s in src])}
+    if tgt is not None:
+        batch["tgt_in"] = _pad([np.insert(t, 0, BOS_ID) for t in tgt])
+        batch["tgt_out"] = _pad([np.append(t, EOS_ID) for t in tgt])
+    return batch
+
+
+def _pad(rows: list[np.ndarray]) -> Tensor:
+    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)

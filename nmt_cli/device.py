@@ -1,0 +1,34 @@
+"""Device and thread choice for the commands (the model never picks a device). Imports torch, errors."""
+
+from __future__ import annotations
+
+import torch
+
+from nmt_cli.errors import InputError
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" takes a GPU when one is visible; "cuda" without one is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {name}: no CUDA device is visible; use --device cpu (or auto)")
+        return torch.device(name)
+    raise InputError(f"--device {name}: unknown device; use auto, cpu or cuda")
+
+
+def set_threads(threads: int) -> None:
+    if threads < 0:
+        raise InputError(f"--threads {threads}: must be 0 (torch's default) or a positive count")
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def check_precision(precision: str, device: torch.device, allowed: tuple[str, ...]) -> None:
+    if precision not in allowed:
+        raise InputError(f"precision '{precision}': use one of {', '.join(allowed)}")
+    if precision == "fp16" and device.type != "cuda":
+        raise InputError("precision fp16 needs a CUDA device (loss scaling is a GPU feature); on CPU use bf16")

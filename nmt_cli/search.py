@@ -1,0 +1,200 @@
+"""Greedy and batched beam search over the incremental decoder (§6.1).
+
+Bookkeeping is vectorised over sentences and beams: one `topk` per step, finished
+hypotheses written with tensor indexing, the decoder state reordered by one
+`index_select`, and finished sentences leaving the active batch. An ensemble averages
+the models' log-probabilities. Imports torch, numpy, `config`, the model and data.batching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.model import DecoderState, Transformer
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]
+    """Generated ids without the final EOS."""
+    score: float
+    """Sum of log-probabilities divided by the length penalty."""
+
+
+def length_penalty(length: Tensor | int, alpha: float, style: str) -> Tensor | float:
+    """GNMT ((5 + |Y|) / 6)^alpha (Wu et al., 2016, the paper's choice) or fairseq's |Y|^alpha.
+
+    |Y| counts the generated tokens including the final EOS.
+    """
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    return length**alpha
+
+
+def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """Per-sentence output limit (EOS included): a * source length + b, capped by the model's positions."""
+    src_len = (src != PAD_ID).sum(dim=1)  # includes the source EOS
+    return (a * (src_len - 1).float() + b + 1).long().clamp(min=1, max=limit)
+
+
+class Ensemble:
+    """One or more models decoded in lockstep; their log-probabilities are averaged."""
+
+    def __init__(self, models: list[Transformer]):
+        self.models = models
+
+    def start(self, src: Tensor, repeat: int) -> list[DecoderState]:
+        states = []
+        for model in self.models:
+            memory, src_mask = model.encode(src)
+            state = model.init_state(memory, src_mask)
+            rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(repeat)
+            states.append(state.index_select(rows) if repeat > 1 else state)
+        return states
+
+    def step(self, tokens: Tensor, states: list[DecoderState]) -> tuple[Tensor, list[DecoderState]]:
+        outputs = [model.decode_step(tokens, state) for model, state in zip(self.models, states, strict=True)]
+        log_probs = outputs[0][0] if len(outputs) == 1 else torch.stack([o[0] for o in outputs]).mean(dim=0)
+        log_probs[:, PAD_ID] = float("-inf")
+        log_probs[:, BOS_ID] = float("-inf")
+        return log_probs, [o[1] for o in outputs]
+
+    @property
+    def max_positions(self) -> int:
+        return min(m.cfg.max_positions for m in self.models)
+
+
+@torch.inference_mode()
+def greedy_search(ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int) -> list[list[Hypothesis]]:
+    """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch."""
+    n, device = src.shape[0], src.device
+    limit = max_lengths(src, max_len_a, max_len_b, ensemble.max_positions)
+    states = ensemble.start(src, 1)
+    out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
+    scores = torch.zeros(n, device=device)
+    active = torch.arange(n, device=device)
+    tokens = torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
+    for t in range(int(limit.max())):
+        log_probs, states = ensemble.step(tokens, states)  # (A, V)
+        forced = t + 1 >= limit[active]
+        log_probs[forced, :EOS_ID] = float("-inf")
+        log_probs[forced, EOS_ID + 1:] = float("-inf")
+        best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
+        out[active, t] = tokens[:, 0]
+        scores[active] += best[:, 0]
+        running = tokens[:, 0] != EOS_ID
+        if not bool(running.all()):
+            keep = running.nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            active, tokens = active[keep], tokens[keep]
+            states = [state.index_select(keep) for state in states]
+    return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
+
+
+def _strip(row: list[int]) -> list[int]:
+    return row[: row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != PAD_ID]
+
+
+@torch.inference_mode()
+def beam_search(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpen_style: str,
+                max_len_a: float, max_len_b: int, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Batched beam search; returns the `nbest` best hypotheses per sentence, best first.
+
+    At each step the 2K best continuations are taken; an EOS among the first K finishes a
+    hypothesis (scored with the length penalty); the first K others continue. A sentence
+    is done when K hypotheses have finished or it reaches its maximum length.
+    """
+    n, k, device = src.shape[0], beam, src.device
+    limit = max_lengths(src, max_len_a, max_len_b, ensemble.max_positions)
+    max_steps = int(limit.max())
+    states = ensemble.start(src, k)
+    fin_scores = torch.full((n, k), float("-inf"), device=device)
+    fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
+    fin_count = torch.zeros(n, dtype=torch.long, device=device)
+    active = torch.arange(n, device=device)  # sentence ids still searching
+    scores = torch.full((n, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: only the first may expand
+    history = torch.empty((n, k, 0), dtype=torch.long, device=device)
+    tokens = torch.full((n * k, 1), BOS_ID, dtype=torch.long, device=device)
+    rank = torch.arange(2 * k, device=device).unsqueeze(0)  # (1, 2K)
+    for t in range(max_steps):
+        log_probs, states = ensemble.step(tokens, states)  # (A*K, V)
+        a, vocab = active.numel(), log_probs.shape[-1]
+        forced = (t + 1 >= limit[active]).repeat_interleave(k)
+        log_probs[forced, :EOS_ID] = float("-inf")
+        log_probs[forced, EOS_ID + 1:] = float("-inf")
+        cand = (scores.unsqueeze(-1) + log_probs.view(a, k, vocab)).view(a, k * vocab)
+        top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
+        top_beam, top_tok = top_idx // vocab, top_idx % vocab
+        is_eos = top_tok == EOS_ID
+
+        # Finish: EOS candidates ranked within the first K, into the sentence's free slots.
+        finish = is_eos & top_scores.isfinite() & (rank < k)
+        slot = fin_count[active].unsqueeze(1) + finish.long().cumsum(dim=1) - 1
+        finish &= slot < k
+        if bool(finish.any()):
+            row, col = finish.nonzero(as_tuple=True)
+            sent, s = active[row], slot[row, col]
+            fin_scores[sent, s] = top_scores[row, col] / length_penalty(t + 1, lenpen, lenpen_style)
+            fin_tokens[sent, s, :t] = history[row, top_beam[row, col]]
+            fin_tokens[sent, s, t] = EOS_ID
+            fin_count[active] += finish.sum(dim=1)
+
+        # Continue: the K best non-EOS candidates (there are always at least K).
+        order = torch.where(is_eos, rank + 2 * k, rank)
+        keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
+        beams = top_beam.gather(1, keep_cols)
+        scores = top_scores.gather(1, keep_cols)
+        new_tok = top_tok.gather(1, keep_cols)
+        history = torch.cat([history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2)
+
+        done = (fin_count[active] >= k) | (t + 1 >= limit[active])
+        keep = (~done).nonzero()[:, 0]
+        if keep.numel() == 0:
+            break
+        rows = (keep.unsqueeze(1) * k + beams[keep]).flatten()  # state rows of surviving hypotheses
+        states = [state.index_select(rows) for state in states]
+        active, scores, history = active[keep], scores[keep], history[keep]
+        tokens = new_tok[keep].reshape(-1, 1)
+    return _best(fin_scores, fin_tokens, nbest)
+
+
+def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
+    order = fin_scores.argsort(dim=1, descending=True)[:, :nbest]
+    scores = fin_scores.gather(1, order).tolist()
+    tokens = fin_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, fin_tokens.shape[-1])).tolist()
+    return [[Hypothesis(_strip(t), s) for t, s in zip(ts, ss, strict=True) if s != float("-inf")]
+            for ts, ss in zip(tokens, scores, strict=True)]
+
+
+def translate_batch(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpen_style: str,
+                    max_len_a: float, max_len_b: int, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Greedy search for beam 1 (the fast path), beam search otherwise."""
+    if beam == 1 and nbest == 1:
+        return greedy_search(ensemble, src, max_len_a, max_len_b)
+    return beam_search(ensemble, src, beam, lenpen, lenpen_style, max_len_a, max_len_b, nbest)
+
+
+def translate_sentences(ensemble: Ensemble, sentences: list[np.ndarray], cfg: DecodeConfig, batch_tokens: int,
+                        device: torch.device, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Translate source id sequences (without EOS) in length-sorted batches; results in input order."""
+    if not sentences:
+        return []
+    lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+    results: list[list[Hypothesis]] = [[] for _ in sentences]
+    # Beam search holds beam x rows, so the source budget shrinks with the beam.
+    budget = max(batch_tokens // max(cfg.beam, 1), int(lengths.max()) + 1)
+    for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
+        src = collate([sentences[i] for i in idx])["src"].to(device)
+        hyps = translate_batch(ensemble, src, cfg.beam, cfg.lenpen, cfg.lenpen_style, cfg.max_len_a,
+                               cfg.max_len_b, nbest)
+        for i, h in zip(idx.tolist(), hyps, strict=True):
+            results[i] = h
+    return results

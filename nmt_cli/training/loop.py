@@ -1,0 +1,274 @@
+"""The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
+
+`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them,
+accumulate gradients normalised by the update's target tokens, step Adam with the
+schedule's learning rate, then log, validate, save and check the stop conditions.
+Imports torch, the model, data, search, checkpoint, config, errors and report.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from nmt_cli import checkpoint
+from nmt_cli.config import PAD_ID, RunConfig, to_dict
+from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.data.corpus import ParallelSplit
+from nmt_cli.errors import RunFailure
+from nmt_cli.model import Transformer
+from nmt_cli.report import MetricsLog, Reporter
+from nmt_cli.training.loss import label_smoothed_nll
+from nmt_cli.training.precision import autocast
+from nmt_cli.training.schedule import learning_rate
+from nmt_cli.training.validate import validate
+
+MAX_BAD_UPDATES = 10  # non-finite updates in a row before the run is declared diverged
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so a resumed run continues exactly."""
+
+    update: int = 0
+    epoch: int = 1
+    batch: int = 0
+    """Batches of the current epoch already consumed."""
+    train_seconds: float = 0.0
+    """Wall time spent training over all sessions of this run (for train.max_minutes)."""
+    best_valid_loss: float = math.inf
+    bad_validations: int = 0
+
+
+@dataclass
+class Session:
+    """What one `nmt train` invocation works with."""
+
+    model: Transformer
+    cfg: RunConfig
+    train_data: ParallelSplit
+    valid_data: ParallelSplit
+    run_dir: Path
+    spm_models: dict[str, bytes]
+    device: torch.device
+    reporter: Reporter
+    tgt_processor: object
+    """sentencepiece processor of the target side, for validation BLEU."""
+
+
+class StopSignal:
+    """SIGINT/SIGTERM ask the loop to finish the current update, save and exit."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def accumulate_gradients(model: torch.nn.Module, batches: list[dict], label_smoothing: float, precision: str,
+                         scaler: torch.amp.GradScaler, device: torch.device) -> dict[str, float]:
+    """Forward and backward over the batches of one update; the loss is normalised by the
+    update's target tokens across all batches, so accumulation equals one big batch."""
+    ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
+    total_loss = total_nll = 0.0
+    for batch in batches:
+        src, tgt_in, tgt_out = (batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out"))
+        with autocast(device, precision):
+            logits = model(src, tgt_in)
+        loss, nll = label_smoothed_nll(logits, tgt_out, label_smoothing)
+        scaler.scale(loss / ntokens).backward()
+        total_loss += float(loss.detach())
+        total_nll += float(nll.detach())
+    return {"loss": total_loss, "nll": total_nll, "tokens": ntokens}
+
+
+def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                 lr: float, clip_norm: float, loss: float) -> tuple[bool, float]:
+    """Step the optimizer unless the loss or gradient is non-finite. Returns (stepped, grad norm)."""
+    scaler.unscale_(optimizer)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf))
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        scaler.update()  # fp16: lower the loss scale; otherwise a no-op
+        optimizer.zero_grad(set_to_none=True)
+        return False, grad_norm
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return True, grad_norm
+
+
+def train(s: Session, resume: dict | None) -> str:
+    """Train until a stop condition; returns why it stopped."""
+    cfg, tc, model = s.cfg, s.cfg.train, s.model
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps)
+    scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
+    progress = Progress()
+    if resume is not None:
+        optimizer.load_state_dict(resume["optimizer"])
+        scaler.load_state_dict(resume["scaler"])
+        progress = Progress(**resume["progress"])
+        _set_rng_state(resume["rng"])
+    metrics = MetricsLog(s.run_dir / "metrics.jsonl")
+    src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()
+    bar = s.reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
+    session_start = time.monotonic()
+    base_seconds, last_save = progress.train_seconds, time.monotonic()
+    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "updates": 0, "start": time.monotonic()}
+    bad_in_row, reason = 0, ""
+    model.train()
+    with StopSignal() as stop:
+        while not reason:
+            batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch)
+            if not batches:
+                raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
+            while progress.batch < len(batches) and not reason:
+                group = batches[progress.batch:progress.batch + tc.update_freq]
+                tensors = [collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
+                           for idx in group]
+                lr = learning_rate(progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup,
+                                   tc.lr_scale, tc.lr)
+                stats = accumulate_gradients(model, tensors, tc.label_smoothing, tc.precision, scaler, s.device)
+                stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
+                progress.batch += len(group)
+                progress.train_seconds = base_seconds + time.monotonic() - session_start
+                if not stepped:
+                    bad_in_row += 1
+                    metrics.write({"type": "skip", "update": progress.update, "loss": stats["loss"],
+                                   "grad_norm": grad_norm})
+                    s.reporter.warn(f"update {progress.update + 1}: non-finite loss or gradient, skipped")
+                    if bad_in_row >= MAX_BAD_UPDATES and not (tc.precision == "fp16" and scaler.get_scale() > 1e-4):
+                        raise RunFailure(
+                            f"training diverged: {bad_in_row} updates in a row had a non-finite loss or gradient; "
+                            f"the last good checkpoint is in {s.run_dir / 'checkpoints'}; lower the learning rate "
+                            "or use --precision fp32")
+                    continue
+                bad_in_row = 0
+                progress.update += 1
+                for key in ("loss", "nll", "tokens"):
+                    window[key] += stats[key]
+                window["updates"] += 1
+                bar.update(1)
+                if progress.update % tc.log_every_updates == 0:
+                    _log_train(metrics, bar, window, progress, lr)
+                if tc.valid_every_updates and progress.update % tc.valid_every_updates == 0:
+                    reason = _validate(s, metrics, progress)
+                minutes_due = tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
+                if (tc.save_every_updates and progress.update % tc.save_every_updates == 0) or minutes_due:
+                    _save(s, model, optimizer, scaler, progress)
+                    last_save = time.monotonic()
+                reason = reason or _stop_reason(tc, progress, stop.received)
+            if progress.batch >= len(batches):
+                progress.epoch, progress.batch = progress.epoch + 1, 0
+                if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
+                    reason = f"reached train.max_epochs = {tc.max_epochs}"
+        bar.close()
+        if not _saved_at(s.run_dir, progress.update):
+            _save(s, model, optimizer, scaler, progress)
+    return f"{reason} at update {progress.update}"
+
+
+def _stop_reason(tc, progress: Progress, signal_name: str | None) -> str:
+    if signal_name:
+        return f"stopped by {signal_name}"
+    if tc.max_updates and progress.update >= tc.max_updates:
+        return f"reached train.max_updates = {tc.max_updates}"
+    if tc.max_minutes and progress.train_seconds >= 60 * tc.max_minutes:
+        return f"reached train.max_minutes = {tc.max_minutes:g}"
+    return ""
+
+
+def _log_train(metrics: MetricsLog, bar, window: dict, progress: Progress, lr: float) -> None:
+    elapsed = max(time.monotonic() - window["start"], 1e-9)
+    tokens = max(window["tokens"], 1)
+    record = {"type": "train", "update": progress.update, "epoch": progress.epoch,
+              "loss": window["loss"] / tokens, "nll_loss": window["nll"] / tokens,
+              "ppl": math.exp(min(window["nll"] / tokens, 100.0)), "lr": lr,
+              "tokens_per_s": window["tokens"] / elapsed, "updates_per_s": window["updates"] / elapsed,
+              "wall_s": round(progress.train_seconds, 1)}
+    metrics.write(record)
+    bar.set_postfix_str(f"loss {record['loss']:.3f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
+                        f"{record['updates_per_s']:.2f} upd/s")
+    window.update({"loss": 0.0, "nll": 0.0, "tokens": 0, "updates": 0, "start": time.monotonic()})
+
+
+def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
+    """Validate, keep the best checkpoint, and apply early stopping."""
+    result = validate(s.model, s.valid_data, s.cfg, s.device, s.tgt_processor)
+    improved = result["loss"] < progress.best_valid_loss
+    if improved:
+        progress.best_valid_loss, progress.bad_validations = result["loss"], 0
+    else:
+        progress.bad_validations += 1
+    metrics.write({"type": "valid", "update": progress.update, **result, "best_loss": progress.best_valid_loss,
+                   "wall_s": round(progress.train_seconds, 1)})
+    bleu = f", BLEU {result['bleu']:.2f}" if "bleu" in result else ""
+    s.reporter.info(f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{bleu}")
+    if improved:
+        _save_best(s, progress)
+    if s.cfg.train.patience and progress.bad_validations >= s.cfg.train.patience:
+        return f"early stopping (valid loss did not improve for {progress.bad_validations} validations)"
+    return ""
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _saved_at(run_dir: Path, update: int) -> bool:
+    return (run_dir / "checkpoints" / checkpoint.numbered_name(update)).exists()
+
+
+def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
+    """Write the full training state as a numbered checkpoint, which `checkpoint_last.pt` then names."""
+    ckpt_dir = s.run_dir / "checkpoints"
+    payload = {"kind": "train", "config": to_dict(s.cfg), "model": model.state_dict(),
+               "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng": _rng_state(),
+               "progress": asdict(progress), "spm": s.spm_models}
+    path = ckpt_dir / checkpoint.numbered_name(progress.update)
+    checkpoint.save(payload, path)
+    _replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
+    checkpoint.prune(ckpt_dir, s.cfg.train.keep_last)
+
+
+def _save_best(s: Session, progress: Progress) -> None:
+    payload = {"kind": "best", "config": to_dict(s.cfg), "model": s.model.state_dict(), "spm": s.spm_models,
+               "progress": asdict(progress)}
+    checkpoint.save(payload, s.run_dir / "checkpoints" / "checkpoint_best.pt")
+
+
+def _replace_with_link(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source` without a moment where `target` is missing."""
+    tmp = target.with_name(f".{target.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.link(source, tmp)
+    os.replace(tmp, target)

@@ -1,0 +1,132 @@
+"""Greedy and beam search: agreement with each other, with exhaustive search and with full recomputation."""
+
+import itertools
+
+import pytest
+import torch
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from nmt_cli.model import Transformer
+from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
+
+
+def tiny(vocab: int, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8,
+                      dropout=0.0, max_positions=64, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # sharper distributions than the initialisation gives, so search matters
+        model.tgt_embed.tokens.weight.mul_(8.0)
+    return model
+
+
+def sources(vocab: int, rows: int = 5) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (rows, 6), generator=g)
+    src[:, -1] = EOS_ID
+    src[1, 3:] = PAD_ID  # a shorter sentence
+    src[1, 2] = EOS_ID
+    return src
+
+
+def test_beam_one_equals_greedy():
+    model = tiny(30)
+    src = sources(30)
+    greedy = greedy_search(Ensemble([model]), src, 1.0, 5)
+    beam = beam_search(Ensemble([model]), src, 1, 0.6, "gnmt", 1.0, 5)
+    assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
+
+
+def exhaustive_best(model: Transformer, src: torch.Tensor, limit: int, alpha: float, style: str) -> list[int]:
+    """Score every output of at most `limit` tokens (EOS included) and return the best."""
+    allowed = [t for t in range(model.cfg.tgt_vocab_size) if t not in (PAD_ID, BOS_ID, EOS_ID)]
+    best, best_score = None, float("-inf")
+    for length in range(limit):
+        for body in itertools.product(allowed, repeat=length):
+            tgt = torch.tensor([[BOS_ID, *body]])
+            with torch.no_grad():
+                log_probs = model(src, tgt).log_softmax(-1)[0]
+            path = [*body, EOS_ID]
+            total = sum(float(log_probs[i, tok]) for i, tok in enumerate(path))
+            score = total / length_penalty(len(path), alpha, style)
+            if score > best_score:
+                best, best_score = list(body), score
+    return best
+
+
+@pytest.mark.parametrize("limit, beam, style", [(2, 6, "gnmt"), (3, 12, "gnmt"), (3, 12, "fairseq")])
+def test_a_wide_beam_finds_the_exhaustive_best(limit, beam, style):
+    vocab = 6  # pad, unk, bos, eos and two words
+    greedy_missed = 0
+    for seed in range(6):
+        model = tiny(vocab, seed)
+        src = torch.tensor([[4, 5, 4, EOS_ID]])
+        best = exhaustive_best(model, src, limit, 1.0, style)
+        found = beam_search(Ensemble([model]), src, beam, 1.0, style, 0.0, limit - 1)
+        assert found[0][0].tokens == best
+        greedy = beam_search(Ensemble([model]), src, 1, 1.0, style, 0.0, limit - 1)
+        greedy_missed += greedy[0][0].tokens != best
+    assert greedy_missed > 0  # the cases are hard enough that a narrow search gets some wrong
+
+
+class FullState:
+    """A decoder 'state' that keeps only the prefix: every step re-runs the whole decoder."""
+
+    def __init__(self, src: torch.Tensor, prefix: torch.Tensor):
+        self.src, self.prefix = src, prefix
+
+    def index_select(self, index: torch.Tensor) -> "FullState":
+        return FullState(self.src.index_select(0, index), self.prefix.index_select(0, index))
+
+
+class Recompute(Ensemble):
+    def start(self, src, repeat):
+        rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
+        return [FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))]
+
+    def step(self, tokens, states):
+        state = states[0]
+        prefix = torch.cat([state.prefix, tokens], dim=1)
+        log_probs = self.models[0](state.src, prefix)[:, -1].float().log_softmax(-1)
+        log_probs[:, PAD_ID] = float("-inf")
+        log_probs[:, BOS_ID] = float("-inf")
+        return log_probs, [FullState(state.src, prefix)]
+
+
+def test_incremental_and_full_recompute_decoding_agree():
+    model = tiny(30)
+    src = sources(30)
+    with torch.inference_mode():
+        fast = beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 1.0, 6, nbest=4)
+        slow = beam_search(Recompute([model]), src, 4, 0.6, "gnmt", 1.0, 6, nbest=4)
+        assert [[h.tokens for h in hs] for hs in fast] == [[h.tokens for h in hs] for hs in slow]
+        for hs, gs in zip(fast, slow, strict=True):
+            assert [h.score for h in hs] == pytest.approx([g.score for g in gs], abs=1e-4)
+        greedy_fast = greedy_search(Ensemble([model]), src, 1.0, 6)
+        greedy_slow = greedy_search(Recompute([model]), src, 1.0, 6)
+    assert [h[0].tokens for h in greedy_fast] == [h[0].tokens for h in greedy_slow]
+
+
+def test_nbest_is_sorted_and_distinct():
+    model = tiny(30)
+    hyps = beam_search(Ensemble([model]), sources(30), 5, 0.6, "gnmt", 1.0, 5, nbest=5)
+    for sentence in hyps:
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in sentence}) == len(sentence)
+
+
+def test_an_ensemble_of_identical_models_decodes_like_one():
+    model = tiny(30)
+    src = sources(30)
+    one = beam_search(Ensemble([model]), src, 3, 0.6, "gnmt", 1.0, 5)
+    two = beam_search(Ensemble([model, model]), src, 3, 0.6, "gnmt", 1.0, 5)
+    assert [h[0].tokens for h in one] == [h[0].tokens for h in two]
+
+
+def test_outputs_respect_the_maximum_length():
+    model = tiny(30)
+    src = sources(30)
+    for hyps in (beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 0.0, 3),
+                 greedy_search(Ensemble([model]), src, 0.0, 3)):
+        assert all(len(h[0].tokens) <= 3 for h in hyps)

@@ -1,0 +1,104 @@
+"""Loss, schedule, batching and gradient accumulation."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt_cli.config import PAD_ID, ModelConfig
+from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.model import Transformer
+from nmt_cli.training.loop import accumulate_gradients
+from nmt_cli.training.loss import label_smoothed_nll
+from nmt_cli.training.schedule import inverse_sqrt, noam
+
+
+def test_label_smoothing_equals_the_dense_reference():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[4, 5, PAD_ID], [6, 1, 2]])
+    eps = 0.1
+    loss, nll = label_smoothed_nll(logits, target, eps)
+    # Reference: a dense smoothed distribution, 1 - eps on the reference, eps / (V - 1) elsewhere.
+    smoothed = torch.full((2, 3, 7), eps / 6)
+    smoothed.scatter_(-1, target.unsqueeze(-1), 1 - eps)
+    dense = -(smoothed * logits.log_softmax(-1)).sum(-1)
+    keep = target != PAD_ID
+    torch.testing.assert_close(loss, dense[keep].sum())
+    torch.testing.assert_close(nll, F.cross_entropy(logits[keep], target[keep], reduction="sum"))
+
+
+def test_label_smoothing_zero_is_cross_entropy():
+    logits = torch.randn(1, 4, 9)
+    target = torch.tensor([[5, 6, 7, 8]])
+    loss, nll = label_smoothed_nll(logits, target, 0.0)
+    torch.testing.assert_close(loss, nll)
+
+
+@pytest.mark.parametrize("step, expected", [(1, 512**-0.5 * 4000**-1.5), (4000, 512**-0.5 * 4000**-0.5),
+                                            (16000, 512**-0.5 * 16000**-0.5)])
+def test_noam_schedule_matches_the_formula(step, expected):
+    assert noam(step, 512, 4000) == pytest.approx(expected)
+    assert noam(step, 512, 4000, scale=2.0) == pytest.approx(2 * expected)
+
+
+def test_noam_peaks_at_warmup():
+    values = [noam(s, 512, 4000) for s in (3999, 4000, 4001)]
+    assert values[1] == max(values)
+    assert values[1] == pytest.approx(7.0e-4, rel=0.01)  # the paper's peak for the base model
+
+
+def test_inverse_sqrt_warms_up_linearly_then_decays():
+    assert inverse_sqrt(500, 1e-3, 1000) == pytest.approx(5e-4)
+    assert inverse_sqrt(1000, 1e-3, 1000) == pytest.approx(1e-3)
+    assert inverse_sqrt(4000, 1e-3, 1000) == pytest.approx(5e-4)
+
+
+def test_batches_respect_the_token_budget_and_cover_every_pair():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 60, 2000), rng.integers(1, 60, 2000)
+    batches = make_batches(src, tgt, 512, seed=3, epoch=1)
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(2000))
+    for b in batches:
+        assert len(b) * (max(src[b].max(), tgt[b].max()) + 1) <= 512
+
+
+def test_batches_are_deterministic_per_seed_and_epoch():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 60, 500), rng.integers(1, 60, 500)
+    first = make_batches(src, tgt, 256, seed=1, epoch=1)
+    again = make_batches(src, tgt, 256, seed=1, epoch=1)
+    other = make_batches(src, tgt, 256, seed=1, epoch=2)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=False))
+
+
+def test_batches_group_similar_lengths():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 100, 5000)
+    batches = make_batches(lengths, lengths, 2000, seed=1, epoch=1)
+    padded = sum(len(b) * (lengths[b].max() + 1) for b in batches)
+    real = int((lengths + 1).sum())
+    assert real / padded > 0.9
+
+
+def test_accumulating_two_batches_equals_one_batch_of_their_union():
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8,
+                      dropout=0.0, src_vocab_size=30, tgt_vocab_size=30)
+    model = Transformer(cfg)
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 30, n) for n in (3, 5, 4, 7)]
+    tgt = [rng.integers(4, 30, n) for n in (2, 6, 5, 3)]
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def grads(batches):
+        model.zero_grad()
+        accumulate_gradients(model, batches, 0.1, "fp32", scaler, torch.device("cpu"))
+        return [p.grad.clone() for p in model.parameters()]
+
+    split = grads([collate(src[:2], tgt[:2]), collate(src[2:], tgt[2:])])
+    union = grads([collate(src, tgt)])
+    for a, b in zip(split, union, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
