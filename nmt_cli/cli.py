@@ -73,13 +73,27 @@ def prepare(
     max_ratio: Annotated[float, typer.Option(help="Drop pairs whose length ratio exceeds this.")] = 2.0,
     workers: Annotated[int, typer.Option(help="Encoding processes.")] = 1,
     errors: Annotated[str, typer.Option(help="Invalid UTF-8: 'strict' stops, 'replace' carries on.")] = "strict",
+    byte_fallback: Annotated[bool, typer.Option("--byte-fallback/--no-byte-fallback",
+                                                help="Spell characters outside the vocabulary as UTF-8 byte "
+                                                "pieces instead of <unk> (costs 256 pieces).")] = True,
+    normalization: Annotated[str, typer.Option(help="Sentencepiece normalization: identity keeps the text as "
+                                               "it is (what references are scored on); nmt_nfkc, nfkc, "
+                                               "nmt_nfkc_cf, nfkc_cf rewrite it.")] = "identity",
 ) -> None:
-    """Learn a sentencepiece BPE model and binarize a parallel corpus."""
+    """Learn a sentencepiece BPE model and binarize a parallel corpus.
+
+    Reads PREFIX.SRC and PREFIX.TGT (UTF-8, one sentence a line) for train, valid and
+    test; learns BPE on at most --spm-sample sentences of train; drops train pairs with
+    an empty side, a side over --max-len pieces or a length ratio over --max-ratio
+    (valid and test keep every line); writes DATA_DIR/meta.json last. Running it again
+    with the same inputs and options reuses the finished corpus.
+    """
     from nmt_cli.commands import prepare as command
 
     command.run(train=train, valid=valid, test=test, src=src, tgt=tgt, out=out, vocab_size=vocab_size,
                 joint=joint, character_coverage=character_coverage, spm_sample=spm_sample, max_len=max_len,
-                max_ratio=max_ratio, workers=workers, errors=errors, quiet=Globals.quiet)
+                max_ratio=max_ratio, workers=workers, errors=errors, byte_fallback=byte_fallback,
+                normalization=normalization, quiet=Globals.quiet)
 
 
 @app.command(epilog="Example: nmt train --data prepared/ --recipe recipes/multi30k/small.toml --out runs/m30k "

@@ -1,7 +1,323 @@
-"""`nmt prepare`: not built yet."""
+"""`nmt prepare`: learn a sentencepiece BPE model and binarize a parallel corpus.
 
-from nmt_cli.errors import InputError
+Checks every input and the output directory before writing anything, learns the
+vocabulary on a sample, encodes in `workers` processes chunk by chunk (memory does not
+grow with the corpus), filters train pairs the way Moses' clean-corpus-n.perl does, and
+publishes the result atomically with meta.json last. A re-run with the same inputs and
+options reuses the finished corpus. Imports numpy, `data`, `report` and `errors`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from nmt_cli import __version__
+from nmt_cli.data import corpus, spm, text
+from nmt_cli.errors import InputError, RunFailure
+from nmt_cli.report import Reporter
+
+SEED = 1  # fixed: the vocabulary sample, hence the whole corpus, is reproducible
+UTF8_HINT = "; fix the encoding or pass --errors replace to carry on"
+CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, small in memory
+REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
 
 
-def run(**_options: object) -> None:
-    raise InputError("nmt prepare is not built yet")
+def run(
+    *,
+    train: str,
+    valid: str,
+    test: str | None,
+    src: str,
+    tgt: str,
+    out: Path,
+    vocab_size: int,
+    joint: bool,
+    character_coverage: float,
+    spm_sample: int,
+    max_len: int,
+    max_ratio: float,
+    workers: int,
+    errors: str,
+    byte_fallback: bool = True,
+    normalization: str = "identity",
+    quiet: bool = False,
+) -> None:
+    reporter = Reporter(quiet)
+    out = Path(out)
+    options = dict(
+        vocab_size=vocab_size,
+        joint=joint,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        normalization=normalization,
+        spm_sample=spm_sample,
+        max_len=max_len,
+        max_ratio=max_ratio,
+        errors=errors,
+        seed=SEED,
+    )
+    _check_options(src, tgt, options, workers)
+    prefixes = {"train": train, "valid": valid, "test": test}
+    inputs = {split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for split, p in prefixes.items() if p}
+    lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
+    created = corpus.check_out_dir(out)
+    fingerprint = corpus.fingerprint(inputs, options)
+    meta = corpus.find_reusable(out, fingerprint)
+    if meta is not None:
+        reporter.info(f"reusing {out}: inputs and options unchanged since it was prepared")
+        _summary(reporter, meta)
+        return
+    started = time.monotonic()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = corpus.make_staging(out)
+    except OSError as err:
+        corpus.remove_created(out, created)
+        raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
+    try:
+        meta = _prepare(staging, inputs, lines, src, tgt, options, workers, reporter)
+        meta["fingerprint"] = fingerprint
+        corpus.publish(staging, out, meta)
+    except BaseException:
+        corpus.discard_staging(staging)
+        corpus.remove_created(out, created)
+        raise
+    reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
+    _summary(reporter, meta)
+
+
+def _check_options(src: str, tgt: str, options: dict, workers: int) -> None:
+    checks = [
+        (
+            src != tgt and "/" not in src + tgt and "." not in src + tgt,
+            f"--src {src!r} and --tgt {tgt!r} must be two different plain language codes",
+        ),
+        (options["vocab_size"] >= 8, f"--vocab-size {options['vocab_size']}: must be at least 8"),
+        (0.0 < options["character_coverage"] <= 1.0, "--character-coverage: must be in (0, 1]"),
+        (options["spm_sample"] >= 1, "--spm-sample: must be at least 1"),
+        (options["max_len"] >= 1, "--max-len: must be at least 1"),
+        (options["max_ratio"] >= 1.0, "--max-ratio: must be at least 1.0"),
+        (workers >= 1, "--workers: must be at least 1"),
+        (options["errors"] in text.ERRORS, f"--errors {options['errors']!r}: use 'strict' or 'replace'"),
+        (
+            options["normalization"] in spm.NORMALIZATIONS,
+            f"--normalization {options['normalization']!r}: use one of {', '.join(spm.NORMALIZATIONS)}",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+
+
+def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:
+    n_src, n_tgt = text.count_lines(src_path), text.count_lines(tgt_path)
+    if n_src != n_tgt:
+        raise InputError(
+            f"{split} corpus is not parallel: {src_path} has {n_src} lines, {tgt_path} has "
+            f"{n_tgt}; they must match line for line"
+        )
+    if n_src == 0:
+        raise InputError(f"{split} corpus is empty: {src_path} and {tgt_path} have no lines")
+    return n_src
+
+
+def _prepare(
+    staging: Path,
+    inputs: dict[str, tuple[Path, Path]],
+    lines: dict[str, int],
+    src: str,
+    tgt: str,
+    options: dict,
+    workers: int,
+    reporter: Reporter,
+) -> dict:
+    """Learn the vocabulary, then encode every split into `staging`; returns meta.json's content."""
+    models = _learn_vocabulary(inputs["train"], lines["train"], options, workers, reporter)
+    if options["joint"]:
+        names = {"src": "spm.model", "tgt": "spm.model"}
+    else:
+        names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
+    for side, model in zip(("src", "tgt"), models, strict=True):
+        (staging / names[side]).write_bytes(model)
+    sizes = [spm.load_processor(m).get_piece_size() for m in models]
+    dtype = corpus.token_dtype(max(sizes))
+    splits, flagged = {}, {}
+    with spm.ParallelEncoder(models, workers) as encoder:
+        for split, paths in inputs.items():
+            splits[split], flagged[split] = _encode_split(
+                encoder, staging, split, paths, (src, tgt), lines[split], dtype, options, reporter
+            )
+    if splits["train"]["pairs"] == 0:
+        reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in flagged["train"].items())
+        raise InputError(
+            f"every training pair was filtered ({reasons}); check the corpus or raise --max-len / --max-ratio"
+        )
+    for split in ("valid", "test"):
+        kept = {k: v for k, v in flagged.get(split, {}).items() if v}
+        if kept:
+            what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in kept.items())
+            reporter.warn(f"{split}: kept all pairs, among them {what} (only train is filtered)")
+    return {
+        "format": corpus.FORMAT,
+        "src": src,
+        "tgt": tgt,
+        "joint": options["joint"],
+        "dtype": dtype,
+        "vocab_size": {"src": sizes[0], "tgt": sizes[1]},
+        "spm": names,
+        "spm_sha256": {"src": spm.sha256(models[0]), "tgt": spm.sha256(models[1])},
+        "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
+        "splits": splits,
+        "dropped": flagged["train"],
+        "flagged": {s: f for s, f in flagged.items() if s != "train"},
+        "options": options,
+        "inputs": {split: {"src": str(p[0]), "tgt": str(p[1])} for split, p in inputs.items()},
+        "files": {p.name: p.stat().st_size for p in staging.iterdir()},
+        "nmt_version": __version__,
+    }
+
+
+def _learn_vocabulary(
+    paths: tuple[Path, Path], n_pairs: int, options: dict, workers: int, reporter: Reporter
+) -> tuple[bytes, bytes]:
+    """The (src, tgt) sentencepiece models: one joint model, or one per language."""
+    common = dict(
+        vocab_size=options["vocab_size"],
+        character_coverage=options["character_coverage"],
+        byte_fallback=options["byte_fallback"],
+        normalization=options["normalization"],
+        threads=workers,
+    )
+    if options["joint"]:
+        # The sample counts sentences: a joint model sees both sides of half as many pairs.
+        keep = max(1, options["spm_sample"] // 2)
+        reporter.info(
+            f"learning a joint BPE vocabulary of {options['vocab_size']} on {min(keep, n_pairs):,} pairs"
+        )
+        sample = _sample(paths, n_pairs, keep, options["errors"], reporter)
+        model = spm.train_spm(sample, what=f"{paths[0]} + {paths[1]}", **common)
+        return model, model
+    models = []
+    for side, path in enumerate(paths):
+        reporter.info(f"learning a BPE vocabulary of {options['vocab_size']} for {path}")
+        sample = _sample(paths, n_pairs, options["spm_sample"], options["errors"], reporter, only=side)
+        models.append(spm.train_spm(sample, what=str(path), **common))
+    return models[0], models[1]
+
+
+def _sample(
+    paths: tuple[Path, Path],
+    n_pairs: int,
+    keep: int,
+    errors: str,
+    reporter: Reporter,
+    only: int | None = None,
+) -> Iterator[str]:
+    """Stream about `keep` pairs drawn uniformly at random (never more), skipping blank lines.
+    Only the drawn lines are decoded here; the encoding pass checks all of them."""
+    rng = np.random.default_rng(SEED)
+    p = min(1.0, keep / n_pairs)
+    sides = (0, 1) if only is None else (only,)
+    taken, first = 0, 1
+    bar = reporter.bar("reading the vocabulary sample", total=n_pairs, unit="pairs")
+    for raws in text.raw_chunks(paths, CHUNK):
+        draws = np.flatnonzero(rng.random(len(raws[0])) < p)[: keep - taken]
+        for i in draws.tolist():
+            for side in sides:
+                line = text.decode_line(raws[side][i], str(paths[side]), first + i, errors, UTF8_HINT)
+                if line.strip():
+                    yield line
+        taken += len(draws)
+        first += len(raws[0])
+        bar.update(len(raws[0]))
+    bar.close()
+
+
+def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Decode, encode and (for train, where `limits` is set) filter one chunk of pairs.
+
+    Runs in a worker process. Returns the flat ids and lengths of the pairs kept on each
+    side, and how many pairs of the chunk fall under each of REASONS.
+    """
+    names, first, raws, errors, limits = task
+    encoded, blank = [], np.zeros(len(raws[0]), bool)
+    for side, key in enumerate(("src", "tgt")):
+        lines = [
+            text.decode_line(raw, names[side], first + i, errors, UTF8_HINT)
+            for i, raw in enumerate(raws[side])
+        ]
+        blank |= np.fromiter((not line.strip() for line in lines), bool, count=len(lines))
+        encoded.append(spm.encode_lines(spm.worker_processor(key), lines))
+    (src_ids, src_len), (tgt_ids, tgt_len) = encoded
+    reason = np.zeros(len(src_len), np.int64)
+    if limits:
+        # Moses clean-corpus-n.perl's tests, on pieces rather than words; the first reason wins.
+        max_len, max_ratio = limits
+        ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+        reason[ratio > max_ratio] = 3
+        reason[(src_len > max_len) | (tgt_len > max_len)] = 2
+    reason[blank | (src_len == 0) | (tgt_len == 0)] = 1
+    if limits and reason.any():
+        keep = reason == 0
+        src_ids, tgt_ids = src_ids[np.repeat(keep, src_len)], tgt_ids[np.repeat(keep, tgt_len)]
+        src_len, tgt_len = src_len[keep], tgt_len[keep]
+    return src_ids, src_len, tgt_ids, tgt_len, np.bincount(reason, minlength=len(REASONS) + 1)[1:]
+
+
+def _encode_split(
+    encoder: spm.ParallelEncoder,
+    staging: Path,
+    split: str,
+    paths: tuple[Path, Path],
+    langs: tuple[str, str],
+    n_pairs: int,
+    dtype: str,
+    options: dict,
+    reporter: Reporter,
+) -> tuple[dict, dict]:
+    """Encode one split into `staging`. Only train is filtered: dropping valid or test lines
+    would misalign them with the references they are scored against. Returns the split's
+    counts and its pairs by REASONS (dropped for train, kept but flagged otherwise)."""
+    names = (str(paths[0]), str(paths[1]))
+    limits = (options["max_len"], options["max_ratio"]) if split == "train" else None
+    chunks = text.raw_chunks(paths, CHUNK)
+    tasks = ((names, 1 + k * CHUNK, raws, options["errors"], limits) for k, raws in enumerate(chunks))
+    writers = [corpus.SideWriter(staging, split, lang, dtype) for lang in langs]
+    flagged, seen = np.zeros(len(REASONS), np.int64), 0
+    bar = reporter.bar(f"encoding {split}", total=n_pairs, unit="pairs")
+    for src_ids, src_len, tgt_ids, tgt_len, chunk_flagged in encoder.map(_encode_chunk, tasks):
+        writers[0].write(src_ids, src_len)
+        writers[1].write(tgt_ids, tgt_len)
+        flagged += chunk_flagged
+        done = len(src_len) + (int(chunk_flagged.sum()) if limits else 0)
+        seen += done
+        bar.update(done)
+    bar.close()
+    for writer in writers:
+        writer.close()
+    if seen != n_pairs:
+        raise RunFailure(
+            f"{paths[0]}: read {seen} lines, counted {n_pairs} before; was it changed? Run again"
+        )
+    stats = {"pairs": writers[0].sentences, "src_tokens": writers[0].total, "tgt_tokens": writers[1].total}
+    return stats, {reason: int(count) for reason, count in zip(REASONS, flagged, strict=True)}
+
+
+def _summary(reporter: Reporter, meta: dict) -> None:
+    rows = []
+    for split, counts in meta["splits"].items():
+        dropped = sum(meta["dropped"].values()) if split == "train" else 0
+        rows.append([split, counts["pairs"], counts["src_tokens"], counts["tgt_tokens"], dropped])
+    reporter.table(
+        f"{meta['src']}-{meta['tgt']}: vocabulary {meta['vocab_size']['src']:,}"
+        f"{' joint' if meta['joint'] else ' / ' + format(meta['vocab_size']['tgt'], ',')}, "
+        f"{meta['dtype']}",
+        ["split", "pairs", f"{meta['src']} tokens", f"{meta['tgt']} tokens", "dropped"],
+        rows,
+    )
+    reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in meta["dropped"].items())
+    reporter.info(f"dropped from train: {reasons}")

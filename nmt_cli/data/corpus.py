@@ -1,0 +1,269 @@
+"""The binarized corpus on disk: a streaming writer with atomic publication, and a
+memory-mapped reader.
+
+Layout of a prepared DATA_DIR (format 1):
+    meta.json                  written last; its presence means the corpus is complete
+    spm.model                  joint vocabulary, or spm.SRC.model and spm.TGT.model
+    {split}.{lang}.bin         all token ids of the split's side back to back (dtype in meta.json)
+    {split}.{lang}.idx         int64 offsets, pairs + 1 of them, offsets[0] == 0
+Sentence i of a side is tokens[offsets[i]:offsets[i + 1]], without bos/eos.
+
+A run writes into a hidden staging directory inside DATA_DIR and renames its files into
+place only when all are complete, meta.json last, so an interrupted run never leaves
+something that looks like data. Imports numpy, the standard library and `errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from nmt_cli.errors import InputError
+
+FORMAT = 1
+META = "meta.json"
+STAGING_PREFIX = ".nmt-prepare-"
+
+
+def bin_name(split: str, lang: str) -> str:
+    return f"{split}.{lang}.bin"
+
+
+def idx_name(split: str, lang: str) -> str:
+    return f"{split}.{lang}.idx"
+
+
+def token_dtype(vocab_size: int) -> str:
+    """uint16 halves the disk and page cache when every id fits; int32 otherwise."""
+    return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "int32"
+
+
+class SideWriter:
+    """Appends sentences of one split and side to `.bin` and `.idx` files as they are encoded,
+    so memory use does not depend on the corpus size."""
+
+    def __init__(self, directory: Path, split: str, lang: str, dtype: str) -> None:
+        self.dtype = np.dtype(dtype)
+        self.tokens = (directory / bin_name(split, lang)).open("wb")
+        self.offsets = (directory / idx_name(split, lang)).open("wb")
+        self.offsets.write(np.zeros(1, np.int64).tobytes())
+        self.total = 0
+        self.sentences = 0
+
+    def write(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """`tokens`: the flat ids of a chunk of sentences; `lengths`: pieces per sentence."""
+        self.tokens.write(tokens.astype(self.dtype, copy=False).tobytes())
+        self.offsets.write((self.total + np.cumsum(lengths, dtype=np.int64)).tobytes())
+        self.total += int(tokens.size)
+        self.sentences += int(lengths.size)
+
+    def close(self) -> None:
+        for stream in (self.tokens, self.offsets):
+            stream.flush()
+            os.fsync(stream.fileno())
+            stream.close()
+
+
+def check_out_dir(out: Path) -> Path | None:
+    """Fail before anything is written if `out` cannot be created or written; return the
+    topmost directory a run will have to create (None if `out` exists)."""
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"--out {out}: exists and is not a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise InputError(f"--out {out}: directory is not writable")
+        return None
+    missing = out.absolute()
+    while not missing.parent.exists():
+        missing = missing.parent
+    parent = missing.parent
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: cannot create it, {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: cannot create it, {parent} is not writable")
+    return missing
+
+
+def remove_created(out: Path, created: Path | None) -> None:
+    """Remove the (empty) directories from `out` up to `created`, so that a failed run
+    leaves nothing behind."""
+    if created is None:
+        return
+    path = out.absolute()
+    while True:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        if path == created:
+            return
+        path = path.parent
+
+
+def discard_staging(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def make_staging(out: Path) -> Path:
+    """A fresh staging directory inside `out`; leftovers of dead runs are removed first."""
+    for old in out.glob(f"{STAGING_PREFIX}*"):
+        pid = old.name[len(STAGING_PREFIX) :]
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    staging = out / f"{STAGING_PREFIX}{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    return staging
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def publish(staging: Path, out: Path, meta: dict) -> None:
+    """Move every staged file into `out`, then write meta.json: the last step, atomically.
+
+    The old meta.json goes first so that old metadata never describes new files; files of
+    the old corpus that the new one lacks (say, a test split no longer given) go too.
+    """
+    old_files = _old_files(out)
+    (out / META).unlink(missing_ok=True)
+    for path in sorted(staging.iterdir()):
+        os.replace(path, out / path.name)
+    for name in old_files - set(meta["files"]):
+        (out / name).unlink(missing_ok=True)
+    temp = staging / META
+    temp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(temp, out / META)
+    staging.rmdir()
+
+
+def _old_files(out: Path) -> set[str]:
+    try:
+        files = json.loads((out / META).read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return set()
+    # Only plain names: a damaged meta.json must not make us delete outside `out`.
+    return {name for name in files if isinstance(name, str) and name == Path(name).name}
+
+
+def fingerprint(inputs: dict[str, tuple[Path, ...]], options: dict) -> str:
+    """What decides a prepared corpus: the options and each input file's path, size and mtime."""
+    stats = {
+        split: [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
+        for split, paths in inputs.items()
+    }
+    blob = json.dumps({"format": FORMAT, "options": options, "inputs": stats}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def find_reusable(out: Path, fingerprint: str) -> dict | None:
+    """meta.json of a complete corpus in `out` made from the same inputs and options, or None."""
+    if not (out / META).is_file():
+        return None
+    try:
+        meta = load_meta(out)
+    except InputError:
+        return None
+    if meta.get("fingerprint") != fingerprint:
+        return None
+    for name, size in meta.get("files", {}).items():
+        if not (out / name).is_file() or (out / name).stat().st_size != size:
+            return None
+    return meta
+
+
+def load_meta(data_dir: Path) -> dict:
+    """meta.json of a prepared corpus, or an InputError saying what to run."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise InputError(f"{data_dir}: no such directory; run `nmt prepare --out {data_dir}` first")
+    path = data_dir / META
+    if not path.is_file():
+        raise InputError(f"{data_dir}: not a prepared corpus (no meta.json); run `nmt prepare` first")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: unreadable ({err}); run `nmt prepare` again") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise InputError(
+            f"{path}: corpus format {found!r}, this version reads format {FORMAT}; run `nmt prepare` again"
+        )
+    return meta
+
+
+class TokenArray:
+    """One side of a split: a flat token array and sentence offsets, both memory-mapped."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray) -> None:
+        self.tokens = tokens
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+
+    def lengths(self) -> np.ndarray:
+        """Pieces per sentence (int64), without bos/eos."""
+        return np.diff(self.offsets).astype(np.int64, copy=False)
+
+
+class ParallelSplit:
+    """Aligned source and target sides of one split: pair i is (src[i], tgt[i])."""
+
+    def __init__(self, src: TokenArray, tgt: TokenArray) -> None:
+        self.src = src
+        self.tgt = tgt
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def _map(path: Path, dtype: str) -> np.ndarray:
+    if not path.is_file():
+        raise InputError(f"{path}: missing from the prepared corpus; run `nmt prepare` again")
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype)  # mmap cannot map an empty file
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
+    data_dir = Path(data_dir)
+    tokens = _map(data_dir / bin_name(split, lang), dtype)
+    offsets = _map(data_dir / idx_name(split, lang), "int64")
+    # Only O(1) checks: a full scan would touch every page of a 36M-pair corpus.
+    if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(tokens):
+        raise InputError(
+            f"{data_dir / idx_name(split, lang)}: offsets do not match "
+            f"{bin_name(split, lang)}; the corpus is damaged, run `nmt prepare` again"
+        )
+    return TokenArray(tokens, offsets)
+
+
+def load_split(data_dir: Path, split: str) -> ParallelSplit:
+    """A memory-mapped split ("train", "valid" or "test"): no Python object per sentence."""
+    meta = load_meta(data_dir)
+    if split not in meta["splits"]:
+        raise InputError(f"{data_dir}: no {split!r} split (has {', '.join(meta['splits'])})")
+    src = load_array(data_dir, split, meta["src"], meta["dtype"])
+    tgt = load_array(data_dir, split, meta["tgt"], meta["dtype"])
+    if len(src) != len(tgt) or len(src) != meta["splits"][split]["pairs"]:
+        raise InputError(
+            f"{data_dir}: {split} has {len(src)} source and {len(tgt)} target sentences, "
+            f"meta.json says {meta['splits'][split]['pairs']}; run `nmt prepare` again"
+        )
+    return ParallelSplit(src, tgt)

@@ -1,0 +1,197 @@
+"""Sentencepiece BPE: learn a model from sentences, load one from bytes, read a prepared
+corpus's models. Models travel as bytes so that checkpoints can carry them.
+
+Every model is trained with the fixed ids of `config` (pad 0, unk 1, bos 2, eos 3);
+binarized data holds no bos/eos, training adds them. Imports sentencepiece, numpy, the
+standard library, `config` and `errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import multiprocessing
+import multiprocessing.pool
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import sentencepiece
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt_cli.errors import InputError, NmtError, RunFailure
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+NORMALIZATIONS = ("identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
+
+
+def train_spm(
+    sentences: Iterable[str],
+    *,
+    vocab_size: int,
+    character_coverage: float,
+    byte_fallback: bool,
+    normalization: str,
+    threads: int,
+    what: str,
+) -> bytes:
+    """Learn a BPE model from `sentences` (already sampled) and return its serialized bytes.
+
+    `what` names the corpus in error messages. An NmtError raised while iterating
+    `sentences` (say, invalid UTF-8) is re-raised as is: sentencepiece's C++ loop would
+    otherwise swallow or mangle it.
+    """
+    failure: list[NmtError] = []
+    count = [0]
+
+    def guarded() -> Iterator[str]:
+        try:
+            for sentence in sentences:
+                count[0] += 1
+                yield sentence
+        except NmtError as err:
+            failure.append(err)
+
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=guarded(),
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            byte_fallback=byte_fallback,
+            normalization_rule_name=normalization,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            num_threads=max(1, threads),
+            input_sentence_size=0,
+            minloglevel=2,
+        )
+    except RuntimeError as err:
+        if failure:
+            raise failure[0] from None
+        raise _training_error(str(err), vocab_size, what, count[0]) from None
+    if failure:
+        raise failure[0]
+    return model.getvalue()
+
+
+def _training_error(message: str, vocab_size: int, what: str, sentences: int) -> NmtError:
+    """Turn sentencepiece's CHECK failures into advice on --vocab-size."""
+    too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)
+    if too_high:
+        return InputError(
+            f"--vocab-size {vocab_size} is larger than {what} can support; the largest that "
+            f"works is {too_high.group(2)}"
+        )
+    too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
+    if too_low:
+        return InputError(
+            f"--vocab-size {vocab_size} is too small for the {too_low.group(2)} characters and "
+            f"special pieces of {what}; use at least {too_low.group(2)} or lower "
+            "--character-coverage"
+        )
+    if sentences == 0:
+        return InputError(f"{what}: no non-empty lines to learn a vocabulary from")
+    return RunFailure(f"sentencepiece could not learn a model from {what}: {message.splitlines()[-1]}")
+
+
+def load_processor(model_bytes: bytes) -> sentencepiece.SentencePieceProcessor:
+    """A processor from a serialized model (as stored in a corpus or a checkpoint)."""
+    processor = sentencepiece.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(model_bytes)
+    return processor
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_models(data_dir: Path, meta: dict) -> tuple[bytes, bytes]:
+    """The (source, target) model bytes of a prepared corpus, checked against meta.json's
+    checksums; identical bytes when the vocabulary is joint."""
+    models = []
+    for side in ("src", "tgt"):
+        path = Path(data_dir) / meta["spm"][side]
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise InputError(
+                f"{path}: cannot read the sentencepiece model ({err.strerror}); run `nmt prepare` again"
+            ) from None
+        if sha256(data) != meta["spm_sha256"][side]:
+            raise InputError(
+                f"{path}: checksum differs from meta.json; the corpus was changed after "
+                "`nmt prepare`, run it again"
+            )
+        models.append(data)
+    return models[0], models[1]
+
+
+def encode_lines(
+    processor: sentencepiece.SentencePieceProcessor, lines: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of many sentences as one flat int32 array plus the number of pieces of each."""
+    ids = processor.encode(lines)
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+    return flat, lengths
+
+
+# The processors of a ParallelEncoder's worker process (or of the main one, when inline).
+_PROCESSORS: dict[str, sentencepiece.SentencePieceProcessor] = {}
+
+
+def _init_processors(models: tuple[bytes, bytes]) -> None:
+    _PROCESSORS["src"] = load_processor(models[0])
+    _PROCESSORS["tgt"] = _PROCESSORS["src"] if models[1] == models[0] else load_processor(models[1])
+
+
+def worker_processor(side: str) -> sentencepiece.SentencePieceProcessor:
+    """Inside a function run by `ParallelEncoder.map`: the processor of "src" or "tgt"."""
+    return _PROCESSORS[side]
+
+
+class ParallelEncoder:
+    """Maps a function over tasks, in order, in `workers` processes that each hold the
+    source and target processors (inline when workers == 1). At most two tasks per worker
+    are in flight, so memory stays flat however many tasks there are."""
+
+    def __init__(self, models: tuple[bytes, bytes], workers: int) -> None:
+        self.models, self.workers = models, workers
+        self.pool: multiprocessing.pool.Pool | None = None
+
+    def __enter__(self) -> ParallelEncoder:
+        if self.workers > 1:
+            # spawn rather than fork: the parent may run threads (tqdm's monitor).
+            context = multiprocessing.get_context("spawn")
+            self.pool = context.Pool(self.workers, initializer=_init_processors, initargs=(self.models,))
+        else:
+            _init_processors(self.models)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+    def map(self, function: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        if self.pool is None:
+            yield from map(function, tasks)
+            return
+        pending: deque[multiprocessing.pool.AsyncResult] = deque()
+        for task in tasks:
+            pending.append(self.pool.apply_async(function, (task,)))
+            if len(pending) >= 2 * self.workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

@@ -1,0 +1,110 @@
+"""Strict line readers for plain UTF-8 text, shared by prepare, score and translate.
+
+A line ends at b"\\n" only (as for `wc -l` and the Moses scripts), so Unicode line
+separators inside a sentence never split it. A UTF-8 BOM on the first line and a
+trailing "\\r" (CRLF files) are removed. A NUL byte, or invalid UTF-8 unless
+errors="replace", is an InputError naming the file and line. Imports only the
+standard library and `errors`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from nmt_cli.errors import InputError, RunFailure
+
+BOM = b"\xef\xbb\xbf"
+ERRORS = ("strict", "replace")
+_CHUNK = 1 << 20
+
+
+def check_readable(path: Path, name: str | None = None) -> None:
+    """Raise a one-line InputError unless `path` is an existing, readable regular file."""
+    label = name or str(path)
+    if not path.exists():
+        raise InputError(f"{label}: no such file")
+    if path.is_dir():
+        raise InputError(f"{label}: is a directory, expected a text file (one sentence a line)")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{label}: permission denied")
+
+
+def decode_line(raw: bytes, name: str, lineno: int, errors: str = "strict", hint: str = "") -> str:
+    """One raw line (with or without its b"\\n") as text, checked; `lineno` counts from 1."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if lineno == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM) :]
+    if b"\x00" in raw:
+        # A NUL usually means UTF-16 or a binary file given by mistake; sentencepiece and
+        # C-string based tools would silently cut the line there.
+        column = raw.index(b"\x00") + 1
+        raise InputError(f"{name}:{lineno}: NUL byte at column {column}; is this a binary or UTF-16 file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if errors == "replace":
+            return raw.decode("utf-8", errors="replace")
+        bad = raw[err.start : err.start + 1].hex()
+        raise InputError(
+            f"{name}:{lineno}: invalid UTF-8 (byte 0x{bad} at byte {err.start + 1}){hint}"
+        ) from None
+
+
+def iter_lines(
+    source: Path | str | BinaryIO, name: str, errors: str = "strict", hint: str = ""
+) -> Iterator[str]:
+    """Yield the lines of a file path or a binary stream (e.g. sys.stdin.buffer) without
+    their line endings.
+
+    A stream is read with readline, so each line is yielded as soon as it has arrived:
+    `echo x | nmt translate` must not wait for EOF. `hint` is appended to UTF-8 errors
+    (e.g. "; use --errors replace to carry on").
+    """
+    if isinstance(source, str | Path):
+        path = Path(source)
+        check_readable(path, name)
+        with path.open("rb") as stream:
+            yield from iter_lines(stream, name, errors, hint)
+        return
+    lineno = 0
+    for raw in iter(source.readline, b""):
+        lineno += 1
+        yield decode_line(raw, name, lineno, errors, hint)
+
+
+def read_lines(source: Path | str | BinaryIO, name: str, errors: str = "strict") -> list[str]:
+    """All lines at once: for small files such as references and hypotheses."""
+    return list(iter_lines(source, name, errors))
+
+
+def count_lines(path: Path, name: str | None = None) -> int:
+    """Number of lines as `iter_lines` would yield them: newlines, plus one for a last line
+    without a newline. Reads bytes in large blocks, so it costs little even for 36M lines."""
+    check_readable(path, name)
+    count = 0
+    last = b"\n"
+    with path.open("rb") as stream:
+        while block := stream.read(_CHUNK):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def raw_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """Aligned chunks of at most `size` raw lines (bytes, endings kept) of two files whose
+    line counts were checked to be equal; decode them with `decode_line`."""
+    with paths[0].open("rb") as first, paths[1].open("rb") as second:
+        while True:
+            a, b = list(itertools.islice(first, size)), list(itertools.islice(second, size))
+            if len(a) != len(b):
+                raise RunFailure(f"{paths[0]} or {paths[1]} changed while being read; run again")
+            if not a:
+                return
+            yield a, b
