@@ -102,30 +102,40 @@ def prune(checkpoint_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average(payloads: list[dict], paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Elementwise mean of the models' parameters, accumulated in fp32.
+def average(paths: list[Path]) -> dict:
+    """A checkpoint whose parameters are the elementwise mean of those in `paths`, accumulated in fp32.
 
-    Refuses checkpoints whose model configuration or parameter shapes differ, naming the first difference.
+    Loads one checkpoint at a time (memory: the sum plus one checkpoint). Refuses checkpoints
+    whose model configuration, sentencepiece models or parameter shapes differ, naming the
+    first difference. The result carries no optimizer state and lists its sources.
     """
-    first_cfg, first_state = payloads[0]["config"]["model"], payloads[0]["model"]
-    for payload, path in zip(payloads[1:], paths[1:], strict=True):
-        cfg, state = payload["config"]["model"], payload["model"]
-        for key in first_cfg:
-            if cfg.get(key) != first_cfg[key]:
-                raise InputError(f"cannot average {paths[0]} and {path}: model.{key} differs "
-                                 f"({first_cfg[key]!r} vs {cfg.get(key)!r})")
-        for name, tensor in first_state.items():
-            if name not in state or state[name].shape != tensor.shape:
-                other = tuple(state[name].shape) if name in state else "missing"
-                raise InputError(f"cannot average {paths[0]} and {path}: parameter {name} has shape "
-                                 f"{tuple(tensor.shape)} vs {other}")
-    averaged = {}
-    for name, tensor in first_state.items():
-        if not tensor.is_floating_point():
-            averaged[name] = tensor.clone()
-            continue
-        total = torch.zeros_like(tensor, dtype=torch.float32)
-        for payload in payloads:
-            total += payload["model"][name].float()
-        averaged[name] = (total / len(payloads)).to(tensor.dtype)
-    return averaged
+    first = load(paths[0])
+    total = {name: t.float().clone() for name, t in first["model"].items()}
+    sources = [_provenance(paths[0], first)]
+    for path in paths[1:]:
+        payload = load(path)
+        _check_compatible(first, paths[0], payload, path)
+        for name, tensor in payload["model"].items():
+            total[name] += tensor.float()
+        sources.append(_provenance(path, payload))
+    averaged = {name: (t / len(paths)).to(first["model"][name].dtype) for name, t in total.items()}
+    return {"kind": "average", "config": first["config"], "model": averaged, "spm": first["spm"],
+            "averaged_from": sources}
+
+
+def _provenance(path: Path, payload: dict) -> dict:
+    return {"path": str(path), "update": int(payload.get("progress", {}).get("update", -1))}
+
+
+def _check_compatible(first: dict, first_path: Path, other: dict, path: Path) -> None:
+    prefix = f"cannot average {first_path} and {path}"
+    for key, value in first["config"]["model"].items():
+        if other["config"]["model"].get(key) != value:
+            raise InputError(f"{prefix}: model.{key} differs ({value!r} vs {other['config']['model'].get(key)!r})")
+    if other["spm"] != first["spm"]:
+        raise InputError(f"{prefix}: they were trained with different sentencepiece models")
+    for name, tensor in first["model"].items():
+        theirs = other["model"].get(name)
+        if theirs is None or theirs.shape != tensor.shape:
+            shape = tuple(theirs.shape) if theirs is not None else "missing"
+            raise InputError(f"{prefix}: parameter {name} has shape {tuple(tensor.shape)} vs {shape}")

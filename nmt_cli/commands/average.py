@@ -1,7 +1,43 @@
-"""`nmt average`: not built yet."""
+"""`nmt average`: average the parameters of several checkpoints into one that `translate` loads."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt_cli import checkpoint
 from nmt_cli.errors import InputError
+from nmt_cli.report import Reporter
 
 
-def run(**_options: object) -> None:
-    raise InputError("nmt average is not built yet")
+def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int | None, quiet: bool) -> None:
+    reporter = Reporter(quiet)
+    if run_dir is not None and checkpoints:
+        raise InputError("give either checkpoint files or --run RUN_DIR, not both")
+    if run_dir is not None:
+        checkpoints = latest(run_dir, last, reporter)
+    elif not checkpoints:
+        raise InputError("nothing to average: give checkpoint files or --run RUN_DIR [--last N]")
+    if last is not None and run_dir is None:
+        raise InputError("--last needs --run RUN_DIR")
+    if not output.parent.is_dir():
+        raise InputError(f"--output {output}: directory {output.parent} does not exist")
+    payload = checkpoint.average(checkpoints)
+    checkpoint.save(payload, output)
+    updates = ", ".join(str(s["update"]) for s in payload["averaged_from"])
+    reporter.info(f"averaged {len(checkpoints)} checkpoints (updates {updates}) into {output}")
+
+
+def latest(run_dir: Path, last: int | None, reporter: Reporter) -> list[Path]:
+    """The newest numbered checkpoints of a run by update number; N defaults to the recipe's average.last."""
+    if not run_dir.is_dir():
+        raise InputError(f"--run {run_dir}: no such run directory")
+    found = checkpoint.numbered(run_dir / "checkpoints")
+    if not found:
+        raise InputError(f"--run {run_dir}: no numbered checkpoints in {run_dir / 'checkpoints'}")
+    if last is None:
+        last = checkpoint.run_config(checkpoint.load(found[-1][1]), found[-1][1]).average.last
+    if last < 1:
+        raise InputError(f"--last {last}: must be at least 1")
+    if len(found) < last:
+        reporter.warn(f"{run_dir} has only {len(found)} numbered checkpoints; averaging those, not {last}")
+    return [path for _, path in found[-last:]]

@@ -1,7 +1,183 @@
-"""`nmt translate`: not built yet."""
+"""`nmt translate`: raw text in, raw text out, one output line per input line, in order.
 
+Input is read by a background thread so that whatever has arrived is translated at once:
+a file is taken `buffer_size` lines at a time (sorted by length inside the buffer for
+batching), while a pipe that sends one line and waits gets its answer before EOF.
+Each buffer's output is written and flushed before the next buffer is read.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+import numpy as np
+import torch
+
+from nmt_cli import checkpoint
+from nmt_cli.config import DecodeConfig
+from nmt_cli.data import spm
+from nmt_cli.data.text import check_readable, decode_line
+from nmt_cli.device import check_precision, resolve_device, set_threads
 from nmt_cli.errors import InputError
+from nmt_cli.model import Transformer
+from nmt_cli.report import Reporter
+from nmt_cli.search import Ensemble, translate_sentences
+from nmt_cli.training.precision import autocast
 
 
-def run(**_options: object) -> None:
-    raise InputError("nmt translate is not built yet")
+@dataclass
+class Translator:
+    """Loaded models with their sentencepiece processors and decode settings."""
+
+    ensemble: Ensemble
+    decode: DecodeConfig
+    src_spm: object
+    tgt_spm: object
+    device: torch.device
+    precision: str
+    truncated: int = 0
+
+    @property
+    def max_source(self) -> int:
+        return self.ensemble.max_positions - 1  # room for EOS
+
+    def translate(self, lines: list[str], batch_tokens: int, nbest: int = 1) -> list[list[tuple[str, float]]]:
+        """(text, score) hypotheses for each line; an empty line gets one empty hypothesis."""
+        ids = []
+        for line in lines:
+            pieces = self.src_spm.encode(line.strip()) if line.strip() else []
+            if len(pieces) > self.max_source:
+                pieces = pieces[: self.max_source]
+                self.truncated += 1
+            ids.append(np.asarray(pieces, dtype=np.int64))
+        todo = [i for i, x in enumerate(ids) if len(x)]
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        with autocast(self.device, self.precision):
+            hyps = translate_sentences(self.ensemble, [ids[i] for i in todo], self.decode, batch_tokens,
+                                       self.device, nbest)
+        for i, sentence in zip(todo, hyps, strict=True):
+            results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]
+        return results
+
+
+def load_translator(paths: list[Path], device: torch.device, precision: str, decode: DecodeConfig | None = None,
+                    **decode_overrides: object) -> Translator:
+    """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
+    models, spm_models, cfg = [], None, None
+    for path in paths:
+        payload = checkpoint.load(path)
+        run_cfg = checkpoint.run_config(payload, path)
+        if spm_models is None:
+            spm_models, cfg = payload["spm"], run_cfg
+        elif payload["spm"] != spm_models:
+            raise InputError(f"cannot ensemble {paths[0]} and {path}: they were trained with different "
+                             "sentencepiece models")
+        model = Transformer(run_cfg.model)
+        model.load_state_dict(payload["model"])
+        models.append(model.eval().to(device))
+    assert cfg is not None and spm_models is not None
+    settings = replace(decode or cfg.decode, **{k: v for k, v in decode_overrides.items() if v is not None})
+    settings.validate("translate options")
+    return Translator(Ensemble(models), settings, spm.load_processor(spm_models["src"]),
+                      spm.load_processor(spm_models["tgt"]), device, precision)
+
+
+def run(models: list[Path], input_path: Path | None, output_path: Path | None, beam: int | None,
+        lenpen: float | None, lenpen_style: str | None, max_len_a: float | None, max_len_b: int | None,
+        nbest: int, batch_tokens: int, buffer_size: int, device: str, precision: str, threads: int,
+        quiet: bool) -> None:
+    reporter = Reporter(quiet)
+    set_threads(threads)
+    dev = resolve_device(device)
+    check_precision(precision, dev, ("bf16", "fp32"))
+    if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
+        raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
+    if input_path is not None:
+        check_readable(input_path, f"--input {input_path}")
+    translator = load_translator(models, dev, precision, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
+                                 max_len_a=max_len_a, max_len_b=max_len_b)
+    if nbest > translator.decode.beam:
+        raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
+    source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
+    name = str(input_path) if input_path is not None else "stdin"
+    try:
+        if output_path is None:
+            _translate_stream(translator, source, name, sys.stdout, batch_tokens, buffer_size, nbest)
+        else:
+            _translate_to_file(translator, source, name, output_path, batch_tokens, buffer_size, nbest)
+    finally:
+        if input_path is not None:
+            source.close()
+    if translator.truncated:
+        reporter.warn(f"{translator.truncated} input lines were longer than the model's "
+                      f"{translator.max_source} pieces and were truncated")
+
+
+def _translate_to_file(translator: Translator, source: BinaryIO, name: str, output_path: Path,
+                       batch_tokens: int, buffer_size: int, nbest: int) -> None:
+    """Write to a temporary file and rename it at the end: no half-written output on failure."""
+    tmp = output_path.with_name(f".{output_path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            _translate_stream(translator, source, name, out, batch_tokens, buffer_size, nbest)
+        os.replace(tmp, output_path)
+    except OSError as err:
+        raise InputError(f"--output {output_path}: cannot write ({err.strerror or err})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _translate_stream(translator: Translator, source: BinaryIO, name: str, out: TextIO, batch_tokens: int,
+                      buffer_size: int, nbest: int) -> None:
+    number = 0
+    for lines in _buffers(source, name, buffer_size):
+        for hyps in translator.translate(lines, batch_tokens, nbest):
+            if nbest == 1:
+                out.write(hyps[0][0] + "\n")
+            else:
+                out.writelines(f"{number}\t{score:.4f}\t{text}\n" for text, score in hyps)
+            number += 1
+        out.flush()
+
+
+def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str]]:
+    """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size."""
+    lines: queue.Queue = queue.Queue(maxsize=4 * buffer_size)
+    end = object()
+
+    def read() -> None:
+        try:
+            for raw in iter(source.readline, b""):
+                lines.put(raw)
+        finally:
+            lines.put(end)
+
+    threading.Thread(target=read, daemon=True).start()
+    number = 0
+    while True:
+        item = lines.get()
+        if item is end:
+            return
+        batch = [item]
+        while len(batch) < buffer_size:
+            try:
+                item = lines.get_nowait()
+            except queue.Empty:
+                break
+            if item is end:
+                lines.put(end)
+                break
+            batch.append(item)
+        decoded = []
+        for raw in batch:
+            number += 1
+            # Translation must survive any bytes: bad UTF-8 is replaced and NUL becomes a space.
+            decoded.append(decode_line(raw.replace(b"\x00", b" "), name, number, errors="replace"))
+        yield decoded
