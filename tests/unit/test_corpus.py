@@ -1,0 +1,222 @@
+"""The binarized corpus: writer, memory-mapped reader, meta.json, atomic publication, and
+the round trip text -> sentencepiece ids -> .bin/.idx -> memmap -> text."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt_cli.data import corpus, spm
+from nmt_cli.errors import InputError
+
+WORDS = (
+    "der die das Hund läuft über Straße Mädchen groß klein Haus Katze schläft rot blau Brücke "
+    "Привет мир кошка собака дом 你好 世界 猫 狗 مرحبا بالعالم Γειά σου κόσμε 🙂 🐕 naïve café"
+).split()
+TRICKY = [
+    "Ein Hund 🐕 läuft über die Straße.",
+    "Привет, мир! Как дела?",
+    "你好，世界。猫在睡觉。",
+    "مرحبا بالعالم",
+    "Γειά σου κόσμε",
+    "😀🎉👍🏽 emoji-only ✨",
+    "naïve café — «Zitat» …",
+    "ℌ𝔢𝔩𝔩𝔬 ǅ",
+    "",
+]
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(n)]
+
+
+def write_side(directory: Path, split: str, lang: str, arrays: list[list[int]], dtype: str) -> None:
+    writer = corpus.SideWriter(directory, split, lang, dtype)
+    for start in range(0, len(arrays), 3):  # several chunks, as prepare writes them
+        block = arrays[start : start + 3]
+        flat = np.array([i for ids in block for i in ids], np.int32)
+        writer.write(flat, np.array([len(ids) for ids in block], np.int64))
+    writer.close()
+
+
+def fake_meta(pairs: int, dtype: str = "uint16") -> dict:
+    return {
+        "format": 1,
+        "src": "en",
+        "tgt": "de",
+        "dtype": dtype,
+        "splits": {"train": {"pairs": pairs}},
+        "files": {},
+    }
+
+
+def test_writer_and_memmap_reader(tmp_path: Path) -> None:
+    src = [[5, 6, 7], [], [8], [9, 10, 11, 12], [300]]
+    tgt = [[4], [65535], [], [6, 6], [7, 8, 9]]
+    write_side(tmp_path, "train", "en", src, "uint16")
+    write_side(tmp_path, "train", "de", tgt, "uint16")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(5)))
+    split = corpus.load_split(tmp_path, "train")
+    assert len(split) == len(split.src) == len(split.tgt) == 5
+    assert isinstance(split.src.tokens, np.memmap) and isinstance(split.src.offsets, np.memmap)
+    assert split.src.offsets[0] == 0 and split.src.offsets.dtype == np.int64
+    assert split.src.lengths().tolist() == [3, 0, 1, 4, 1] and split.src.lengths().dtype == np.int64
+    assert [split.src[i].tolist() for i in range(5)] == src
+    assert [split.tgt[i].tolist() for i in range(5)] == tgt
+
+
+def test_empty_split_loads(tmp_path: Path) -> None:
+    for lang in ("en", "de"):
+        write_side(tmp_path, "train", lang, [[], []], "int32")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(2, "int32")))
+    split = corpus.load_split(tmp_path, "train")
+    assert split.src.lengths().tolist() == [0, 0] and split.tgt[1].size == 0
+
+
+def test_token_dtype() -> None:
+    assert corpus.token_dtype(32000) == "uint16"
+    assert corpus.token_dtype(65536) == "uint16"
+    assert corpus.token_dtype(65537) == "int32"
+
+
+def test_load_meta_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such directory"):
+        corpus.load_meta(tmp_path / "missing")
+    with pytest.raises(InputError, match=r"not a prepared corpus \(no meta.json\); run `nmt prepare` first"):
+        corpus.load_meta(tmp_path)
+    (tmp_path / "meta.json").write_text('{"format": 99}')
+    with pytest.raises(InputError, match="format 99"):
+        corpus.load_meta(tmp_path)
+    (tmp_path / "meta.json").write_text("{cut sh")
+    with pytest.raises(InputError, match="unreadable"):
+        corpus.load_meta(tmp_path)
+
+
+def test_damaged_corpus_is_an_input_error(tmp_path: Path) -> None:
+    for lang in ("en", "de"):
+        write_side(tmp_path, "train", lang, [[5, 6], [7]], "uint16")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(2)))
+    with (tmp_path / "train.de.bin").open("ab") as f:
+        f.write(b"\0\0")
+    with pytest.raises(InputError, match="offsets do not match"):
+        corpus.load_split(tmp_path, "train")
+    with pytest.raises(InputError, match="no 'test' split"):
+        corpus.load_split(tmp_path, "test")
+
+
+def test_publish_moves_files_then_writes_meta_and_drops_stale_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.bin").write_bytes(b"old")
+    (out / "keep.txt").write_text("a user's file")
+    (out / "meta.json").write_text(json.dumps({"format": 1, "files": {"old.bin": 3, "../x": 1}}))
+    stale = out / f"{corpus.STAGING_PREFIX}999999999"  # a dead run's leftovers
+    stale.mkdir()
+    staging = corpus.make_staging(out)
+    assert not stale.exists() and staging.name == f"{corpus.STAGING_PREFIX}{os.getpid()}"
+    (staging / "train.en.bin").write_bytes(b"new")
+    corpus.publish(staging, out, {"format": 1, "files": {"train.en.bin": 3}})
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "meta.json", "train.en.bin"]
+    assert json.loads((out / "meta.json").read_text())["files"] == {"train.en.bin": 3}
+
+
+def test_round_trip_non_latin_and_emoji(tmp_path: Path) -> None:
+    """encode -> binarize -> load -> decode gives the original text, also for scripts and
+    emoji the model never saw (byte fallback)."""
+    model = spm.train_spm(
+        iter(sentences(300)),
+        vocab_size=400,
+        character_coverage=1.0,
+        byte_fallback=True,
+        normalization="identity",
+        threads=1,
+        what="test corpus",
+    )
+    processor = spm.load_processor(model)
+    assert [processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()] == [
+        PAD_ID,
+        UNK_ID,
+        BOS_ID,
+        EOS_ID,
+    ]
+    lines = TRICKY + sentences(20, seed=1)
+    flat, lengths = spm.encode_lines(processor, lines)
+    assert UNK_ID not in flat.tolist() and BOS_ID not in flat.tolist() and EOS_ID not in flat.tolist()
+    writer = corpus.SideWriter(tmp_path, "valid", "de", corpus.token_dtype(processor.get_piece_size()))
+    writer.write(flat, lengths)
+    writer.close()
+    array = corpus.load_array(tmp_path, "valid", "de", "uint16")
+    assert [processor.decode(array[i].tolist()) for i in range(len(array))] == lines
+
+
+def test_vocab_too_large_names_the_largest_that_works() -> None:
+    with pytest.raises(
+        InputError,
+        match=r"--vocab-size 5000 is larger than tiny can support; the largest "
+        r"that works is (\d+)",
+    ) as info:
+        spm.train_spm(
+            iter(["a b c", "a b d"] * 5),
+            vocab_size=5000,
+            character_coverage=1.0,
+            byte_fallback=False,
+            normalization="identity",
+            threads=1,
+            what="tiny",
+        )
+    largest = int(info.value.args[0].rsplit(" ", 1)[1])
+    model = spm.train_spm(
+        iter(["a b c", "a b d"] * 5),
+        vocab_size=largest,
+        character_coverage=1.0,
+        byte_fallback=False,
+        normalization="identity",
+        threads=1,
+        what="tiny",
+    )
+    assert spm.load_processor(model).get_piece_size() == largest
+
+
+def test_errors_while_sampling_surface_unchanged() -> None:
+    def bad():  # noqa: ANN202
+        yield "a b c"
+        raise InputError("x.en:2: invalid UTF-8")
+
+    with pytest.raises(InputError, match="x.en:2: invalid UTF-8"):
+        spm.train_spm(
+            bad(),
+            vocab_size=50,
+            character_coverage=1.0,
+            byte_fallback=False,
+            normalization="identity",
+            threads=1,
+            what="x",
+        )
+
+
+def test_read_models_checks_checksums(tmp_path: Path) -> None:
+    model = spm.train_spm(
+        iter(sentences(100)),
+        vocab_size=100,
+        character_coverage=1.0,
+        byte_fallback=False,
+        normalization="identity",
+        threads=1,
+        what="t",
+    )
+    (tmp_path / "spm.model").write_bytes(model)
+    meta = {
+        "spm": {"src": "spm.model", "tgt": "spm.model"},
+        "spm_sha256": {"src": spm.sha256(model), "tgt": spm.sha256(model)},
+    }
+    assert spm.read_models(tmp_path, meta) == (model, model)
+    (tmp_path / "spm.model").write_bytes(model + b"x")
+    with pytest.raises(InputError, match="checksum differs"):
+        spm.read_models(tmp_path, meta)
