@@ -69,8 +69,9 @@ def prepare(
     joint: Annotated[bool, typer.Option("--joint/--no-joint",
                                         help="One vocabulary for both languages.")] = True,
     character_coverage: Annotated[float, typer.Option(help="Sentencepiece character coverage.")] = 1.0,
-    spm_sample: Annotated[int, typer.Option(help="Train sentencepiece on at most this many sentences "
-                                            "(drawn at random from train).")] = 10_000_000,
+    spm_sample: Annotated[int, typer.Option(help="Train sentencepiece on at most this many sentences, drawn "
+                                            "at random from train (Marian's default; bounds memory).")
+                          ] = 2_000_000,
     max_len: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many pieces.")] = 250,
     max_ratio: Annotated[float, typer.Option(help="Drop pairs whose length ratio exceeds this.")] = 2.0,
     workers: Annotated[int, typer.Option(help="Encoding processes.")] = 1,

@@ -29,7 +29,8 @@ METRICS = ("bleu", "chrf", "ter")
 SACREBLEU = "sacreBLEU"
 PAPER = "tokenized BLEU, compound-split (comparable to the paper's Table 2)"
 # tensor2tensor get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Kept as is,
-# quirk included: matches do not overlap, so "a-b-c" becomes "a ##AT##-##AT## b-c".
+# quirk included: matches do not overlap, so a one-letter part stays joined ("a-b-c" becomes
+# "a ##AT##-##AT## b-c") while "rich-text-format" is split at both hyphens.
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 

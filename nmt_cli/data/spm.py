@@ -141,7 +141,7 @@ def encode_lines(
     processor: sentencepiece.SentencePieceProcessor, lines: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ids of many sentences as one flat int32 array plus the number of pieces of each."""
-    ids = processor.encode(lines)
+    ids = processor.encode(lines, num_threads=1)  # parallelism comes from ParallelEncoder's processes
     lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
     flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
     return flat, lengths

@@ -1,0 +1,287 @@
+"""`nmt prepare` end to end on tiny corpora: outputs, filtering, reuse, atomicity, and one
+test per kind of bad input (exit 2, one line on stderr, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt_cli.cli import main
+from nmt_cli.data import corpus, spm
+
+EN = "a dog cat man woman runs sleeps on the big small red blue street house bridge girl boy".split()
+DE = (
+    "ein Hund Katze Mann Frau läuft schläft auf der große kleine rote blaue Straße Haus Brücke Mädchen Junge"
+).split()
+VALID_EN = ["A dog runs.", "Привет, мир!", "你好，世界。", "😀🎉👍🏽 ✨", "", "naïve café — «quote» …"]
+VALID_DE = ["Ein Hund läuft.", "Привет, мир!", "你好，世界。", "😀🎉👍🏽 ✨", "", "naïve Café — «Zitat» …"]
+VOCAB = "400"  # byte fallback takes 256 pieces; the rest is learned in well under a second
+
+
+def pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Word-by-word 'translations', so length ratios stay near 1 and nothing is filtered."""
+    rng = random.Random(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        idx = [rng.randrange(len(EN)) for _ in range(rng.randint(3, 10))]
+        emoji = rng.choice(["", " 🙂", " 🐕"])
+        src.append(" ".join(EN[i] for i in idx) + emoji)
+        tgt.append(" ".join(DE[i] for i in idx) + emoji)
+    return src, tgt
+
+
+def write(prefix: Path, src: list[str], tgt: list[str], end: str = "\n") -> str:
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.en").write_text("".join(line + end for line in src), encoding="utf-8")
+    Path(f"{prefix}.de").write_text("".join(line + end for line in tgt), encoding="utf-8")
+    return str(prefix)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    write(tmp_path / "in" / "train", *pairs(300))
+    write(tmp_path / "in" / "valid", VALID_EN, VALID_DE)
+    write(tmp_path / "in" / "test", *pairs(20, seed=1))
+    return tmp_path / "in"
+
+
+def nmt(*args: object, quiet: bool = True) -> int:
+    try:
+        main([*(["-q"] if quiet else []), *map(str, args)])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def prepare(data: Path, out: Path, *extra: object, quiet: bool = True) -> int:
+    return nmt(
+        "prepare",
+        "--train",
+        data / "train",
+        "--valid",
+        data / "valid",
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--out",
+        out,
+        "--vocab-size",
+        VOCAB,
+        *extra,
+        quiet=quiet,
+    )
+
+
+def decode_split(out: Path, split: str) -> tuple[list[str], list[str]]:
+    meta = corpus.load_meta(out)
+    src_model, tgt_model = spm.read_models(out, meta)
+    parallel = corpus.load_split(out, split)
+    decode = [spm.load_processor(m).decode for m in (src_model, tgt_model)]
+    return (
+        [decode[0](parallel.src[i].tolist()) for i in range(len(parallel))],
+        [decode[1](parallel.tgt[i].tolist()) for i in range(len(parallel))],
+    )
+
+
+def test_prepare_writes_the_contract_and_round_trips(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert prepare(data, out, "--test", data / "test") == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["format"] == 1 and (meta["src"], meta["tgt"]) == ("en", "de") and meta["joint"] is True
+    assert meta["dtype"] == "uint16" and meta["vocab_size"] == {"src": 400, "tgt": 400}
+    assert meta["spm"] == {"src": "spm.model", "tgt": "spm.model"}
+    assert meta["spm_sha256"]["src"] == spm.sha256((out / "spm.model").read_bytes())
+    assert meta["splits"]["train"]["pairs"] == 300 and meta["splits"]["valid"]["pairs"] == len(VALID_EN)
+    assert meta["dropped"] == {"empty": 0, "too_long": 0, "ratio": 0}
+    assert meta["options"]["vocab_size"] == 400 and meta["options"]["max_len"] == 250
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            offsets = np.fromfile(out / f"{split}.{lang}.idx", np.int64)
+            assert offsets[0] == 0 and len(offsets) == meta["splits"][split]["pairs"] + 1
+            assert offsets[-1] == meta["splits"][split][f"{'src' if lang == 'en' else 'tgt'}_tokens"]
+    assert decode_split(out, "train") == pairs(300)
+    assert decode_split(out, "valid") == (VALID_EN, VALID_DE)  # empty pair kept, unseen scripts exact
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_rerun_reuses_and_option_change_redoes(data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert prepare(data, out) == 0
+    stamp = (out / "meta.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert prepare(data, out, quiet=False) == 0
+    assert "reusing" in capsys.readouterr().err
+    assert (out / "meta.json").stat().st_mtime_ns == stamp
+    assert prepare(data, out, "--no-joint") == 0
+    meta = corpus.load_meta(out)
+    assert meta["joint"] is False and meta["spm"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    assert not (out / "spm.model").exists()  # the old joint model went with the old corpus
+    assert decode_split(out, "valid") == (VALID_EN, VALID_DE)
+
+
+def test_workers_give_identical_files(data: Path, tmp_path: Path) -> None:
+    assert prepare(data, tmp_path / "one") == 0
+    assert prepare(data, tmp_path / "two", "--workers", "2") == 0
+    for name in ("train.en.bin", "train.de.idx", "valid.de.bin", "spm.model"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+def test_filtering_counts_reasons_and_keeps_pairs_aligned(tmp_path: Path) -> None:
+    src, tgt = pairs(200)
+    src[3], tgt[3] = "", "ein Hund"
+    src[7], tgt[7] = "a dog", "   "
+    src[10], tgt[10] = "dog " * 40, "Hund " * 40
+    src[20], tgt[20] = "a dog", "ein Hund läuft auf der großen roten Straße zum blauen Haus"
+    prefix = write(tmp_path / "in" / "train", src, tgt)
+    write(tmp_path / "in" / "valid", ["", "dog " * 40], ["x", "Hund " * 40])
+    out = tmp_path / "out"
+    assert prepare(tmp_path / "in", out, "--max-len", "30") == 0
+    meta = corpus.load_meta(out)
+    assert (
+        meta["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1} and meta["splits"]["train"]["pairs"] == 196
+    )
+    assert meta["splits"]["valid"]["pairs"] == 2 and meta["flagged"]["valid"]["too_long"] == 1
+    kept = [i for i in range(200) if i not in (3, 7, 10, 20)]
+    assert decode_split(out, "train") == ([src[i] for i in kept], [tgt[i] for i in kept])
+    assert Path(prefix + ".en").exists()
+
+
+def test_crlf_and_bom_are_handled(data: Path, tmp_path: Path) -> None:
+    src, tgt = pairs(300)
+    write(tmp_path / "crlf" / "train", ["\ufeff" + src[0], *src[1:]], tgt, end="\r\n")
+    write(tmp_path / "crlf" / "valid", VALID_EN, VALID_DE, end="\r\n")
+    assert prepare(tmp_path / "crlf", tmp_path / "a") == 0
+    assert prepare(data, tmp_path / "b") == 0
+    for name in ("train.en.bin", "train.de.bin", "valid.en.bin", "spm.model"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_spm_sample_caps_the_vocabulary_sample(data: Path, tmp_path: Path) -> None:
+    assert prepare(data, tmp_path / "out", "--spm-sample", "200", "--vocab-size", "300") == 0
+    assert corpus.load_meta(tmp_path / "out")["options"]["spm_sample"] == 200
+
+
+# --- bad input: exit 2, one line on stderr, nothing written ---------------------------------
+
+
+def fails(capsys, data: Path, out: Path, *extra: object) -> str:
+    capsys.readouterr()
+    assert prepare(data, out, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nmt: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    return err
+
+
+def test_missing_file(capsys, data: Path, tmp_path: Path) -> None:
+    (data / "valid.de").unlink()
+    assert "valid.de: no such file" in fails(capsys, data, tmp_path / "out")
+
+
+def test_directory_given_as_a_file(capsys, data: Path, tmp_path: Path) -> None:
+    (data / "valid.en").unlink()
+    (data / "valid.en").mkdir()
+    assert "valid.en: is a directory" in fails(capsys, data, tmp_path / "out")
+
+
+def test_line_counts_differ(capsys, data: Path, tmp_path: Path) -> None:
+    lines = (data / "train.de").read_text(encoding="utf-8").splitlines(keepends=True)
+    (data / "train.de").write_text("".join(lines[:-1]), encoding="utf-8")
+    err = fails(capsys, data, tmp_path / "out")
+    assert "train.en has 300 lines" in err and "train.de has 299" in err
+
+
+@pytest.mark.parametrize("where", ["train", "valid"])  # found while sampling / while encoding
+def test_invalid_utf8_names_file_and_line(capsys, data: Path, tmp_path: Path, where: str) -> None:
+    path = data / f"{where}.de"
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = b"kaputt \xe4 hier"
+    path.write_bytes(b"\n".join(lines))
+    err = fails(capsys, data, tmp_path / "out")
+    assert f"{where}.de:3: invalid UTF-8" in err and "--errors replace" in err
+    assert prepare(data, tmp_path / "out", "--errors", "replace") == 0
+
+
+def test_nul_byte(capsys, data: Path, tmp_path: Path) -> None:
+    raw = (data / "train.en").read_bytes()
+    (data / "train.en").write_bytes(raw.replace(b"\n", b"\x00\n", 5).replace(b"\x00\n", b"\n", 4))
+    assert "train.en:5: NUL byte" in fails(capsys, data, tmp_path / "out")
+
+
+def test_empty_corpus(capsys, data: Path, tmp_path: Path) -> None:
+    write(data / "train", [], [])
+    assert "train corpus is empty" in fails(capsys, data, tmp_path / "out")
+
+
+def test_blank_corpus(capsys, data: Path, tmp_path: Path) -> None:
+    write(data / "train", [""] * 5, [" "] * 5)
+    assert "no non-empty lines" in fails(capsys, data, tmp_path / "out")
+
+
+def test_every_pair_filtered(capsys, data: Path, tmp_path: Path) -> None:
+    err = fails(capsys, data, tmp_path / "out", "--max-len", "1")
+    assert "every training pair was filtered" in err and "too long: 300" in err
+
+
+def test_vocab_too_large_says_the_largest_that_works(capsys, data: Path, tmp_path: Path) -> None:
+    err = fails(capsys, data, tmp_path / "out", "--vocab-size", "20000")
+    assert "--vocab-size 20000 is larger than" in err and "the largest that works is" in err
+    largest = err.strip().rsplit(" ", 1)[1]
+    assert prepare(data, tmp_path / "out", "--vocab-size", largest) == 0
+
+
+def test_output_not_writable(capsys, data: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    assert "is not a directory" in fails(capsys, data, tmp_path / "file" / "out")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_output_dir_read_only(capsys, data: Path, tmp_path: Path) -> None:
+    (tmp_path / "ro").mkdir(mode=0o500)
+    assert "not writable" in fails(capsys, data, tmp_path / "ro" / "out")
+
+
+def test_failed_rerun_keeps_the_old_corpus(capsys, data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert prepare(data, out) == 0
+    before = sorted(p.name for p in out.iterdir())
+    (data / "valid.en").write_bytes(b"\xff\n" * len(VALID_EN))
+    assert prepare(data, out) == 2
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert decode_split(out, "valid") == (VALID_EN, VALID_DE)
+
+
+def test_subprocess_exit_code_and_one_line(data: Path, tmp_path: Path) -> None:
+    (data / "train.en").unlink()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmt_cli",
+            "prepare",
+            "--train",
+            str(data / "train"),
+            "--valid",
+            str(data / "valid"),
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("nmt: error: ") and result.stderr.count("\n") == 1
+    assert "train.en: no such file" in result.stderr and not (tmp_path / "out").exists()

@@ -1,0 +1,124 @@
+"""`nmt score`: sacreBLEU metrics, signatures, --json, stdin, several references, the
+paper-comparable compound-split BLEU, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt_cli.cli import main
+from nmt_cli.commands import score
+
+REF = ["The cat sits on the mat.", "A rich-text editor opens.", "Zwei Männer spielen Fußball im Park."]
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def nmt(capsys, *args: object) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_identical_is_100_with_signature(capsys, tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.de", REF)
+    code, out, err = nmt(capsys, "score", "--ref", ref, "--hyp", ref, "--metrics", "bleu,chrf,ter")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("BLEU = 100.00 ") and "[sacreBLEU: nrefs:1|case:mixed|" in lines[0]
+    assert lines[1].startswith("chrF2 = 100.00") and lines[2].startswith("TER = 0.00")
+
+
+def test_json_parses(capsys, tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.de", REF)
+    hyp = write(tmp_path / "hyp.de", ["The cat sat on the mat.", *REF[1:]])
+    code, out, _ = nmt(capsys, "score", "--ref", ref, "--hyp", hyp, "--metrics", "ter,bleu", "--json")
+    result = json.loads(out)
+    assert code == 0 and set(result) == {"ter", "bleu", "lines", "refs"} and result["lines"] == 3
+    assert 0 < result["bleu"]["score"] < 100 and result["bleu"]["signature"].startswith("nrefs:1|")
+    assert result["bleu"]["label"] == "sacreBLEU" and result["ter"]["score"] > 0
+
+
+def test_several_references(capsys, tmp_path: Path) -> None:
+    first = write(tmp_path / "a.de", REF)
+    second = write(tmp_path / "b.de", ["The cat sat on the mat.", *REF[1:]])
+    hyp = write(tmp_path / "hyp.de", ["The cat sat on the mat.", *REF[1:]])
+    code, out, _ = nmt(capsys, "score", "--ref", first, "--ref", second, "--hyp", hyp, "--json")
+    assert code == 0 and json.loads(out)["bleu"]["score"] == 100.0
+    assert "nrefs:2" in json.loads(out)["bleu"]["signature"]
+
+
+def test_stdin_hypotheses(tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.de", REF)
+    result = subprocess.run(
+        [sys.executable, "-m", "nmt_cli", "score", "--ref", str(ref), "--json"],
+        input="\n".join(REF) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["bleu"]["score"] == 100.0
+
+
+def test_line_count_mismatch_is_one_line_exit_2(tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.de", REF)
+    result = subprocess.run(
+        [sys.executable, "-m", "nmt_cli", "score", "--ref", str(ref)],
+        input="only one line\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "(stdin) have 1 line" in result.stderr and "ref.de has 3 lines" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--metrics", "bleu,meteor"], "--metrics 'bleu,meteor'"),
+        (["--tokenize", "moses"], "--tokenize 'moses'"),
+        (["--ref", "missing.de"], "missing.de: no such file"),
+    ],
+)
+def test_bad_input(capsys, tmp_path: Path, args: list[str], message: str) -> None:
+    ref = write(tmp_path / "ref.de", REF)
+    code, out, err = nmt(capsys, "score", "--ref", ref, "--hyp", ref, *args)
+    assert code == 2 and out == "" and err.startswith("nmt: error: ") and err.count("\n") == 1
+    assert message in err
+
+
+def test_compound_split_is_labelled_and_splits_like_t2t(capsys, tmp_path: Path) -> None:
+    split = score._compound_splitter("13a")
+    assert split("Ein rich-text-Format, 3-4 Tage.") == (
+        "Ein rich ##AT##-##AT## text ##AT##-##AT## Format , 3 - 4 Tage ."
+    )
+    # perl's s///g and re.sub agree: matches never overlap, so "b" stays joined to "-c".
+    assert score._compound_splitter("none")("a-b-c d-e") == "a ##AT##-##AT## b-c d ##AT##-##AT## e"
+    ref = write(tmp_path / "ref.de", REF)
+    hyp = write(tmp_path / "hyp.de", ["The cat sits on a mat.", "A rich text editor opens.", REF[2]])
+    code, out, _ = nmt(
+        capsys, "score", "--ref", ref, "--hyp", hyp, "--compound-split", "--metrics", "bleu,chrf"
+    )
+    paper, chrf = out.splitlines()
+    assert code == 0
+    assert "[tokenized BLEU, compound-split (comparable to the paper's Table 2): " in paper
+    assert "tok:none|smooth:none" in paper and "pretok:13a+compound-split" in paper
+    assert "[sacreBLEU: " in chrf
+    _, plain, _ = nmt(capsys, "score", "--ref", ref, "--hyp", hyp)
+    assert plain.split()[2] != paper.split()[2]  # splitting "rich-text" changes the n-grams
