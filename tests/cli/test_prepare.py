@@ -15,6 +15,7 @@ import pytest
 
 from nmt_cli.cli import main
 from nmt_cli.data import corpus, spm
+from nmt_cli.errors import InputError
 
 EN = "a dog cat man woman runs sleeps on the big small red blue street house bridge girl boy".split()
 DE = (
@@ -243,10 +244,19 @@ def test_output_not_writable(capsys, data: Path, tmp_path: Path) -> None:
     assert "is not a directory" in fails(capsys, data, tmp_path / "file" / "out")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_output_dir_read_only(capsys, data: Path, tmp_path: Path) -> None:
-    (tmp_path / "ro").mkdir(mode=0o500)
-    assert "not writable" in fails(capsys, data, tmp_path / "ro" / "out")
+def test_output_dir_read_only(capsys, data: Path, tmp_path: Path, monkeypatch) -> None:
+    read_only = tmp_path / "ro"
+    read_only.mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root may write anywhere: pretend the permission bits hold
+        real_access = os.access
+
+        def access(path: object, mode: int) -> bool:
+            return not (Path(str(path)) == read_only and mode & os.W_OK) and real_access(path, mode)
+
+        monkeypatch.setattr(os, "access", access)
+    assert "ro is not writable" in fails(capsys, data, read_only / "out")
+    assert prepare(data, read_only) == 2
+    assert "directory is not writable" in capsys.readouterr().err and not list(read_only.iterdir())
 
 
 def test_failed_rerun_keeps_the_old_corpus(capsys, data: Path, tmp_path: Path) -> None:
@@ -257,6 +267,25 @@ def test_failed_rerun_keeps_the_old_corpus(capsys, data: Path, tmp_path: Path) -
     assert prepare(data, out) == 2
     assert sorted(p.name for p in out.iterdir()) == before
     assert decode_split(out, "valid") == (VALID_EN, VALID_DE)
+
+
+def test_interrupted_run_leaves_nothing_that_looks_like_data(data: Path, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = out / f"{corpus.STAGING_PREFIX}999999999"  # what a SIGKILLed run leaves
+    killed.mkdir()
+    (killed / "train.en.bin").write_bytes(b"partial")
+    with pytest.raises(InputError, match="not a prepared corpus"):
+        corpus.load_meta(out)
+
+    def interrupt(self: corpus.SideWriter) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus.SideWriter, "close", interrupt)
+    assert prepare(data, out) == 130  # Typer turns Ctrl-C into exit 130
+    assert list(out.iterdir()) == []  # the dead run's staging went too
+    monkeypatch.undo()
+    assert prepare(data, out) == 0 and len(corpus.load_split(out, "train")) == 300
 
 
 def test_subprocess_exit_code_and_one_line(data: Path, tmp_path: Path) -> None:
