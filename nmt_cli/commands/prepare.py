@@ -72,22 +72,27 @@ def run(
         _summary(reporter, meta)
         return
     started = time.monotonic()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        staging = corpus.make_staging(out)
-    except OSError as err:
-        corpus.remove_created(out, created)
-        raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
+    staging = _start(out, created)
     try:
         meta = _prepare(staging, inputs, lines, src, tgt, options, workers, reporter)
         meta["fingerprint"] = fingerprint
         corpus.publish(staging, out, meta)
-    except BaseException:
+    except BaseException:  # Ctrl-C included: a failed run leaves nothing behind
         corpus.discard_staging(staging)
         corpus.remove_created(out, created)
         raise
     reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
     _summary(reporter, meta)
+
+
+def _start(out: Path, created: Path | None) -> Path:
+    """Create `out` if needed and a staging directory inside it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return corpus.make_staging(out)
+    except OSError as err:
+        corpus.remove_created(out, created)
+        raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
 def _check_options(src: str, tgt: str, options: dict, workers: int) -> None:

@@ -144,7 +144,10 @@ def publish(staging: Path, out: Path, meta: dict) -> None:
     for name in old_files - set(meta["files"]):
         (out / name).unlink(missing_ok=True)
     temp = staging / META
-    temp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with temp.open("w", encoding="utf-8") as stream:
+        stream.write(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())  # on disk before the rename makes it count
     os.replace(temp, out / META)
     staging.rmdir()
 
