@@ -40,8 +40,10 @@ def save(payload: dict, path: Path) -> None:
         _fsync_dir(path.parent)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise RunFailure(f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
-                         "choose another run directory") from None
+        raise RunFailure(
+            f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
+            "choose another run directory"
+        ) from None
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -62,15 +64,18 @@ def load(path: Path) -> dict:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"checkpoint {path}: not a readable nmt checkpoint (truncated or corrupted?): "
-                         f"{first[:200]}") from None
+        raise InputError(
+            f"checkpoint {path}: not a readable nmt checkpoint (truncated or corrupted?): {first[:200]}"
+        ) from None
     except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
         raise InputError(f"checkpoint {path}: not an nmt checkpoint ({type(err).__name__})") from None
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise InputError(f"checkpoint {path}: not an nmt checkpoint (no model and config inside)")
     if payload.get("format") != FORMAT_VERSION:
-        raise InputError(f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
-                         f"{FORMAT_VERSION}; use the nmt release that wrote it")
+        raise InputError(
+            f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
+            f"{FORMAT_VERSION}; use the nmt release that wrote it"
+        )
     return payload
 
 
@@ -119,8 +124,13 @@ def average(paths: list[Path]) -> dict:
             total[name] += tensor.float()
         sources.append(_provenance(path, payload))
     averaged = {name: (t / len(paths)).to(first["model"][name].dtype) for name, t in total.items()}
-    return {"kind": "average", "config": first["config"], "model": averaged, "spm": first["spm"],
-            "averaged_from": sources}
+    return {
+        "kind": "average",
+        "config": first["config"],
+        "model": averaged,
+        "spm": first["spm"],
+        "averaged_from": sources,
+    }
 
 
 def _provenance(path: Path, payload: dict) -> dict:
@@ -131,7 +141,9 @@ def _check_compatible(first: dict, first_path: Path, other: dict, path: Path) ->
     prefix = f"cannot average {first_path} and {path}"
     for key, value in first["config"]["model"].items():
         if other["config"]["model"].get(key) != value:
-            raise InputError(f"{prefix}: model.{key} differs ({value!r} vs {other['config']['model'].get(key)!r})")
+            raise InputError(
+                f"{prefix}: model.{key} differs ({value!r} vs {other['config']['model'].get(key)!r})"
+            )
     if other["spm"] != first["spm"]:
         raise InputError(f"{prefix}: they were trained with different sentencepiece models")
     for name, tensor in first["model"].items():

@@ -49,15 +49,20 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or messages on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bars or messages on stderr.")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     Globals.debug, Globals.quiet = debug, quiet
 
 
-@app.command(epilog="Example: nmt prepare --train data/train --valid data/valid --test data/test "
-             "--src en --tgt de --out prepared/ --vocab-size 8000")
+@app.command(
+    epilog="Example: nmt prepare --train data/train --valid data/valid --test data/test "
+    "--src en --tgt de --out prepared/ --vocab-size 8000"
+)
 def prepare(
     train: Annotated[str, typer.Option(help="Prefix of the training files: PREFIX.SRC and PREFIX.TGT.")],
     valid: Annotated[str, typer.Option(help="Prefix of the validation files.")],
@@ -66,23 +71,39 @@ def prepare(
     out: Annotated[Path, typer.Option(help="Output directory for the binarized corpus.")],
     test: Annotated[str | None, typer.Option(help="Prefix of the test files (optional).")] = None,
     vocab_size: Annotated[int, typer.Option(help="Sentencepiece BPE vocabulary size.")] = 32000,
-    joint: Annotated[bool, typer.Option("--joint/--no-joint",
-                                        help="One vocabulary for both languages.")] = True,
+    joint: Annotated[
+        bool, typer.Option("--joint/--no-joint", help="One vocabulary for both languages.")
+    ] = True,
     character_coverage: Annotated[float, typer.Option(help="Sentencepiece character coverage.")] = 1.0,
-    spm_sample: Annotated[int, typer.Option(help="Train sentencepiece on at most this many sentences, drawn "
-                                            "at random from train (Marian's default; bounds memory).")
-                          ] = 2_000_000,
+    spm_sample: Annotated[
+        int,
+        typer.Option(
+            help="Train sentencepiece on at most this many sentences, drawn "
+            "at random from train (Marian's default; bounds memory)."
+        ),
+    ] = 2_000_000,
     max_len: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many pieces.")] = 250,
     max_ratio: Annotated[float, typer.Option(help="Drop pairs whose length ratio exceeds this.")] = 2.0,
     workers: Annotated[int, typer.Option(help="Encoding processes.")] = 1,
-    errors: Annotated[str, typer.Option(help="Invalid UTF-8: 'strict' stops, 'replace' carries on.")
-                      ] = "strict",
-    byte_fallback: Annotated[bool, typer.Option("--byte-fallback/--no-byte-fallback",
-                                                help="Spell characters outside the vocabulary as UTF-8 byte "
-                                                "pieces instead of <unk> (costs 256 pieces).")] = True,
-    normalization: Annotated[str, typer.Option(help="Sentencepiece normalization: identity keeps the text as "
-                                               "it is (what references are scored on); nmt_nfkc, nfkc, "
-                                               "nmt_nfkc_cf, nfkc_cf rewrite it.")] = "identity",
+    errors: Annotated[
+        str, typer.Option(help="Invalid UTF-8: 'strict' stops, 'replace' carries on.")
+    ] = "strict",
+    byte_fallback: Annotated[
+        bool,
+        typer.Option(
+            "--byte-fallback/--no-byte-fallback",
+            help="Spell characters outside the vocabulary as UTF-8 byte "
+            "pieces instead of <unk> (costs 256 pieces).",
+        ),
+    ] = True,
+    normalization: Annotated[
+        str,
+        typer.Option(
+            help="Sentencepiece normalization: identity keeps the text as "
+            "it is (what references are scored on); nmt_nfkc, nfkc, "
+            "nmt_nfkc_cf, nfkc_cf rewrite it."
+        ),
+    ] = "identity",
 ) -> None:
     """Learn a sentencepiece BPE model and binarize a parallel corpus.
 
@@ -94,23 +115,46 @@ def prepare(
     """
     from nmt_cli.commands import prepare as command
 
-    command.run(train=train, valid=valid, test=test, src=src, tgt=tgt, out=out, vocab_size=vocab_size,
-                joint=joint, character_coverage=character_coverage, spm_sample=spm_sample, max_len=max_len,
-                max_ratio=max_ratio, workers=workers, errors=errors, byte_fallback=byte_fallback,
-                normalization=normalization, quiet=Globals.quiet)
+    command.run(
+        train=train,
+        valid=valid,
+        test=test,
+        src=src,
+        tgt=tgt,
+        out=out,
+        vocab_size=vocab_size,
+        joint=joint,
+        character_coverage=character_coverage,
+        spm_sample=spm_sample,
+        max_len=max_len,
+        max_ratio=max_ratio,
+        workers=workers,
+        errors=errors,
+        byte_fallback=byte_fallback,
+        normalization=normalization,
+        quiet=Globals.quiet,
+    )
 
 
-@app.command(epilog="Example: nmt train --data prepared/ --recipe recipes/multi30k/small.toml --out runs/m30k "
-             "--set train.max_updates=2000")
+@app.command(
+    epilog="Example: nmt train --data prepared/ --recipe recipes/multi30k/small.toml --out runs/m30k "
+    "--set train.max_updates=2000"
+)
 def train(
     data: Annotated[Path, typer.Option(help="Directory written by `nmt prepare`.")],
     out: Annotated[Path, typer.Option(help="Run directory; an existing one is resumed.")],
     recipe: Annotated[Path | None, typer.Option(help="TOML recipe (see recipes/).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a recipe value: section.key=value.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a recipe value: section.key=value.")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    precision: Annotated[str | None, typer.Option(help="bf16, fp16 or fp32 (overrides train.precision).")] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="bf16, fp16 or fp32 (overrides train.precision).")
+    ] = None,
     threads: Annotated[int, typer.Option(help="CPU threads (0: torch's default).")] = 0,
-    compile_: Annotated[bool, typer.Option("--compile", help="Compile the model with torch.compile.")] = False,
+    compile_: Annotated[
+        bool, typer.Option("--compile", help="Compile the model with torch.compile.")
+    ] = False,
 ) -> None:
     """Train a Transformer (resumes an existing run directory)."""
     from nmt_cli.commands import train as command
@@ -118,36 +162,59 @@ def train(
     overrides = list(set_ or [])
     if precision is not None:
         overrides.append(f'train.precision="{precision}"')
-    command.run(data=data, out=out, recipe=recipe, overrides=overrides, device=device, threads=threads,
-                compile_model=compile_, quiet=Globals.quiet)
+    command.run(
+        data=data,
+        out=out,
+        recipe=recipe,
+        overrides=overrides,
+        device=device,
+        threads=threads,
+        compile_model=compile_,
+        quiet=Globals.quiet,
+    )
 
 
-@app.command(epilog="Examples: nmt average --run runs/m30k --last 5 -o avg.pt\n\n"
-             "nmt average runs/m30k/checkpoints/ckpt_*.pt -o avg.pt")
+@app.command(
+    epilog="Examples: nmt average --run runs/m30k --last 5 -o avg.pt\n\n"
+    "nmt average runs/m30k/checkpoints/ckpt_*.pt -o avg.pt"
+)
 def average(
     checkpoints: Annotated[list[Path] | None, typer.Argument(help="Checkpoints to average.")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the averaged checkpoint.")] = Path(
-        "average.pt"),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the averaged checkpoint.")
+    ] = Path("average.pt"),
     run: Annotated[Path | None, typer.Option(help="Run directory: average its latest checkpoints.")] = None,
-    last: Annotated[int | None, typer.Option(help="How many of the run's latest checkpoints (default: the "
-                                              "recipe's average.last).")] = None,
+    last: Annotated[
+        int | None,
+        typer.Option(help="How many of the run's latest checkpoints (default: the recipe's average.last)."),
+    ] = None,
 ) -> None:
     """Average the parameters of several checkpoints (fp32)."""
     from nmt_cli.commands import average as command
 
-    command.run(checkpoints=list(checkpoints or []), output=output, run_dir=run, last=last, quiet=Globals.quiet)
+    command.run(
+        checkpoints=list(checkpoints or []), output=output, run_dir=run, last=last, quiet=Globals.quiet
+    )
 
 
-@app.command(epilog="Examples: echo 'A man rides a bike.' | nmt translate -m avg.pt\n\n"
-             "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6")
+@app.command(
+    epilog="Examples: echo 'A man rides a bike.' | nmt translate -m avg.pt\n\n"
+    "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6"
+)
 def translate(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")],
     input_: Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output text (default: stdout).")] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Output text (default: stdout).")
+    ] = None,
+    beam: Annotated[
+        int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")
+    ] = None,
     lenpen: Annotated[float | None, typer.Option(help="Length penalty alpha.")] = None,
     lenpen_style: Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")] = None,
-    max_len_a: Annotated[float | None, typer.Option(help="Max output length = a * source length + b.")] = None,
+    max_len_a: Annotated[
+        float | None, typer.Option(help="Max output length = a * source length + b.")
+    ] = None,
     max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
     batch_tokens: Annotated[int, typer.Option(help="Source tokens per batch.")] = 4096,
@@ -159,27 +226,52 @@ def translate(
     """Translate text with beam search (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
 
-    command.run(models=model, input_path=input_, output_path=output, beam=beam, lenpen=lenpen,
-                lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-                batch_tokens=batch_tokens, buffer_size=buffer_size, device=device, precision=precision,
-                threads=threads, quiet=Globals.quiet)
+    command.run(
+        models=model,
+        input_path=input_,
+        output_path=output,
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        nbest=nbest,
+        batch_tokens=batch_tokens,
+        buffer_size=buffer_size,
+        device=device,
+        precision=precision,
+        threads=threads,
+        quiet=Globals.quiet,
+    )
 
 
-@app.command(epilog="Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
-             "--metrics bleu,chrf\n\n"
-             "nmt score --hyp test.hyp --ref test.de --compound-split   (the paper's En-De BLEU)\n\n"
-             "nmt score --hyp test.hyp --ref ref1.de --ref ref2.de --json")
+@app.command(
+    epilog="Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
+    "--metrics bleu,chrf\n\n"
+    "nmt score --hyp test.hyp --ref test.de --compound-split   (the paper's En-De BLEU)\n\n"
+    "nmt score --hyp test.hyp --ref ref1.de --ref ref2.de --json"
+)
 def score(
     ref: Annotated[list[Path], typer.Option(help="Reference file; repeat for several references.")],
     hyp: Annotated[Path | None, typer.Option(help="Hypotheses (default: stdin).")] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu",
-    tokenize: Annotated[str | None, typer.Option(help="sacreBLEU tokenizer for BLEU: 13a (default), intl, "
-                                                 "none, char, zh, ... With --compound-split: how the text "
-                                                 "is tokenized before splitting (none: it already is).")
-                        ] = None,
-    compound_split: Annotated[bool, typer.Option("--compound-split", help="Tokenized BLEU on compound-split "
-                                                 "text, as the paper reports En-De (tensor2tensor's "
-                                                 "get_ende_bleu.sh).")] = False,
+    tokenize: Annotated[
+        str | None,
+        typer.Option(
+            help="sacreBLEU tokenizer for BLEU: 13a (default), intl, "
+            "none, char, zh, ... With --compound-split: how the text "
+            "is tokenized before splitting (none: it already is)."
+        ),
+    ] = None,
+    compound_split: Annotated[
+        bool,
+        typer.Option(
+            "--compound-split",
+            help="Tokenized BLEU on compound-split "
+            "text, as the paper reports En-De (tensor2tensor's "
+            "get_ende_bleu.sh).",
+        ),
+    ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the scores as one JSON object.")] = False,
 ) -> None:
     """Score hypotheses with sacreBLEU: BLEU, chrF, TER.
@@ -197,8 +289,9 @@ def score(
     """
     from nmt_cli.commands import score as command
 
-    command.run(refs=ref, hyp=hyp, metrics=metrics, tokenize=tokenize, as_json=json_,
-                compound_split=compound_split)
+    command.run(
+        refs=ref, hyp=hyp, metrics=metrics, tokenize=tokenize, as_json=json_, compound_split=compound_split
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,4 +320,3 @@ def _fail(message: str, code: int) -> None:
         traceback.print_exc()
     print(f"nmt: error: {message}", file=sys.stderr)
     sys.exit(code)
-

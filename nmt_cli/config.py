@@ -66,18 +66,36 @@ class ModelConfig:
     """Set from the prepared data: source and target share one sentencepiece model."""
 
     def validate(self, where: str) -> None:
-        _check(self.d_model % self.heads == 0, where, "model.d_model",
-               f"{self.d_model} is not divisible by model.heads = {self.heads}")
-        for name in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "d_k", "d_v",
-                     "max_positions"):
+        _check(
+            self.d_model % self.heads == 0,
+            where,
+            "model.d_model",
+            f"{self.d_model} is not divisible by model.heads = {self.heads}",
+        )
+        for name in (
+            "encoder_layers",
+            "decoder_layers",
+            "d_model",
+            "d_ff",
+            "heads",
+            "d_k",
+            "d_v",
+            "max_positions",
+        ):
             _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
-        _check(self.norm in ("post", "pre"), where, "model.norm", f"'{self.norm}': use \"post\" or \"pre\"")
-        _check(self.positions in ("sinusoidal", "learned"), where, "model.positions",
-               f"'{self.positions}': use \"sinusoidal\" or \"learned\"")
-        _check(self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1")
+        _check(self.norm in ("post", "pre"), where, "model.norm", f'\'{self.norm}\': use "post" or "pre"')
+        _check(
+            self.positions in ("sinusoidal", "learned"),
+            where,
+            "model.positions",
+            f'\'{self.positions}\': use "sinusoidal" or "learned"',
+        )
+        _check(
+            self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1"
+        )
 
 
 @dataclass
@@ -134,16 +152,42 @@ class TrainConfig:
         for name in ("max_tokens", "update_freq", "warmup"):
             _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
         _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
-        _check(self.lr_schedule in ("noam", "inverse_sqrt"), where, "train.lr_schedule",
-               f"'{self.lr_schedule}': use \"noam\" or \"inverse_sqrt\"")
-        _check(self.precision in ("bf16", "fp16", "fp32"), where, "train.precision",
-               f"'{self.precision}': use \"bf16\", \"fp16\" or \"fp32\"")
-        _check(len(self.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in self.adam_betas), where,
-               "train.adam_betas", "must be two numbers in [0, 1)")
-        _check(self.lr > 0 and self.lr_scale > 0 and self.adam_eps > 0, where, "train.lr",
-               "lr, lr_scale and adam_eps must be positive")
-        for name in ("max_updates", "max_epochs", "max_minutes", "save_every_updates", "save_every_minutes",
-                     "keep_last", "valid_every_updates", "patience", "clip_norm", "log_every_updates"):
+        _check(
+            self.lr_schedule in ("noam", "inverse_sqrt"),
+            where,
+            "train.lr_schedule",
+            f'\'{self.lr_schedule}\': use "noam" or "inverse_sqrt"',
+        )
+        _check(
+            self.precision in ("bf16", "fp16", "fp32"),
+            where,
+            "train.precision",
+            f'\'{self.precision}\': use "bf16", "fp16" or "fp32"',
+        )
+        _check(
+            len(self.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in self.adam_betas),
+            where,
+            "train.adam_betas",
+            "must be two numbers in [0, 1)",
+        )
+        _check(
+            self.lr > 0 and self.lr_scale > 0 and self.adam_eps > 0,
+            where,
+            "train.lr",
+            "lr, lr_scale and adam_eps must be positive",
+        )
+        for name in (
+            "max_updates",
+            "max_epochs",
+            "max_minutes",
+            "save_every_updates",
+            "save_every_minutes",
+            "keep_last",
+            "valid_every_updates",
+            "patience",
+            "clip_norm",
+            "log_every_updates",
+        ):
             _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 
 
@@ -165,10 +209,18 @@ class DecodeConfig:
     def validate(self, where: str) -> None:
         _check(self.beam >= 1, where, "decode.beam", "must be at least 1")
         _check(self.lenpen >= 0, where, "decode.lenpen", "must not be negative")
-        _check(self.lenpen_style in ("gnmt", "fairseq"), where, "decode.lenpen_style",
-               f"'{self.lenpen_style}': use \"gnmt\" or \"fairseq\"")
-        _check(self.max_len_a >= 0 and self.max_len_b >= 0, where, "decode.max_len_a",
-               "max_len_a and max_len_b must not be negative")
+        _check(
+            self.lenpen_style in ("gnmt", "fairseq"),
+            where,
+            "decode.lenpen_style",
+            f'\'{self.lenpen_style}\': use "gnmt" or "fairseq"',
+        )
+        _check(
+            self.max_len_a >= 0 and self.max_len_b >= 0,
+            where,
+            "decode.max_len_a",
+            "max_len_a and max_len_b must not be negative",
+        )
 
 
 @dataclass
@@ -203,6 +255,7 @@ def _check(ok: bool, where: str, key: str, problem: str) -> None:
 
 def _coerce(value: object, annotation: str, key: str, where: str) -> object:
     """Check a TOML value against a field's annotation; ints are accepted for floats."""
+
     def bad() -> InputError:
         return InputError(f"{where}: {key}: expected {annotation}, got {value!r}")
 
@@ -224,7 +277,8 @@ def _coerce(value: object, annotation: str, key: str, where: str) -> object:
         return value
     if annotation == "list[float]":
         if not isinstance(value, list) or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        ):
             raise bad()
         return [float(v) for v in value]
     raise AssertionError(f"unsupported annotation {annotation}")
@@ -236,16 +290,18 @@ def from_dict(data: dict, where: str) -> RunConfig:
     sections = {f.name: f for f in dataclasses.fields(RunConfig)}
     for section_name, values in data.items():
         if section_name not in sections:
-            raise InputError(f"{where}: unknown section [{section_name}]; valid sections: "
-                             f"{', '.join(sections)}")
+            raise InputError(
+                f"{where}: unknown section [{section_name}]; valid sections: {', '.join(sections)}"
+            )
         if not isinstance(values, dict):
             raise InputError(f"{where}: [{section_name}] must be a table of keys")
         section = getattr(config, section_name)
         fields = {f.name: f.type for f in dataclasses.fields(section)}
         for key, value in values.items():
             if key not in fields:
-                raise InputError(f"{where}: unknown key {section_name}.{key}; valid keys: "
-                                 f"{', '.join(fields)}")
+                raise InputError(
+                    f"{where}: unknown key {section_name}.{key}; valid keys: {', '.join(fields)}"
+                )
             setattr(section, key, _coerce(value, str(fields[key]), f"{section_name}.{key}", where))
     config.validate(where)
     return config
@@ -283,8 +339,10 @@ def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunC
     data: dict = {}
     if path is not None:
         if not path.is_file():
-            raise InputError(f"recipe {path}: not found or not a file; give a .toml recipe, e.g. "
-                             "recipes/multi30k/small.toml")
+            raise InputError(
+                f"recipe {path}: not found or not a file; give a .toml recipe, e.g. "
+                "recipes/multi30k/small.toml"
+            )
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:

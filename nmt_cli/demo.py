@@ -1,7 +1,8 @@
 """The embedded demo: prepare -> train -> average -> translate -> score on a synthetic corpus.
 
 The corpus is made here, deterministically: numbers written out in English and in German
-("forty-two cats and three hundred dogs" -> "zweiundvierzig Katzen und dreihundert Hunde"), which asks the model
+("forty-two cats and three hundred dogs" -> "zweiundvierzig Katzen und dreihundert Hunde"),
+which asks the model
 to reorder (units before tens) and to build compounds. It needs no download and runs in a
 few minutes on two CPU cores. `python -m nmt_cli.demo --out DIR` (or `make demo`).
 """
@@ -17,23 +18,53 @@ from pathlib import Path
 from nmt_cli.commands import average, prepare, score, train, translate
 from nmt_cli.errors import NmtError
 
-ONES_EN = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
-          "sixteen seventeen eighteen nineteen".split()
+ONES_EN = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen".split()
+)
 TENS_EN = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-ONES_DE = "null eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf dreizehn vierzehn fünfzehn " \
-          "sechzehn siebzehn achtzehn neunzehn".split()
+ONES_DE = (
+    "null eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf dreizehn vierzehn fünfzehn "
+    "sechzehn siebzehn achtzehn neunzehn".split()
+)
 TENS_DE = "_ _ zwanzig dreißig vierzig fünfzig sechzig siebzig achtzig neunzig".split()
-NOUNS = [("cats", "Katzen"), ("houses", "Häuser"), ("books", "Bücher"), ("days", "Tage"), ("trees", "Bäume"),
-         ("children", "Kinder"), ("years", "Jahre"), ("cars", "Autos"), ("dogs", "Hunde"), ("birds", "Vögel")]
+NOUNS = [
+    ("cats", "Katzen"),
+    ("houses", "Häuser"),
+    ("books", "Bücher"),
+    ("days", "Tage"),
+    ("trees", "Bäume"),
+    ("children", "Kinder"),
+    ("years", "Jahre"),
+    ("cars", "Autos"),
+    ("dogs", "Hunde"),
+    ("birds", "Vögel"),
+]
 
 # A small model and a short schedule: enough for the task, a few minutes on two cores.
 DEMO_RECIPE = [
-    "model.encoder_layers=3", "model.decoder_layers=3", "model.d_model=128", "model.d_ff=512",
-    "model.heads=4", "model.d_k=32", "model.d_v=32", "model.dropout=0.1", "model.max_positions=128",
-    'train.lr_schedule="inverse_sqrt"', "train.lr=2e-3", "train.warmup=300", "train.max_tokens=2048",
-    "train.max_updates=1000", "train.save_every_updates=200", "train.save_every_minutes=0",
-    "train.valid_every_updates=500", "train.log_every_updates=100", "train.keep_last=3", 'train.precision="bf16"',
-    "decode.beam=4", "average.last=3",
+    "model.encoder_layers=3",
+    "model.decoder_layers=3",
+    "model.d_model=128",
+    "model.d_ff=512",
+    "model.heads=4",
+    "model.d_k=32",
+    "model.d_v=32",
+    "model.dropout=0.1",
+    "model.max_positions=128",
+    'train.lr_schedule="inverse_sqrt"',
+    "train.lr=2e-3",
+    "train.warmup=300",
+    "train.max_tokens=2048",
+    "train.max_updates=1000",
+    "train.save_every_updates=200",
+    "train.save_every_minutes=0",
+    "train.valid_every_updates=500",
+    "train.log_every_updates=100",
+    "train.keep_last=3",
+    'train.precision="bf16"',
+    "decode.beam=4",
+    "average.last=3",
 ]
 
 
@@ -79,8 +110,10 @@ def make_corpus(directory: Path, sizes: dict[str, int], seed: int = 7) -> None:
     rng = random.Random(seed)
     seen: set[str] = set()
     for split, size in sizes.items():
-        with (directory / f"{split}.en").open("w", encoding="utf-8") as en, \
-                (directory / f"{split}.de").open("w", encoding="utf-8") as de:
+        with (
+            (directory / f"{split}.en").open("w", encoding="utf-8") as en,
+            (directory / f"{split}.de").open("w", encoding="utf-8") as de,
+        ):
             written = 0
             while written < size:
                 phrases = [phrase(rng) for _ in range(rng.randint(2, 3))]
@@ -107,25 +140,65 @@ def main(argv: list[str] | None = None) -> int:
         make_corpus(out / "corpus", {"train": args.train_size, "valid": 300, "test": 500})
         print("2/5 nmt prepare", file=sys.stderr)
         c = out / "corpus"
-        prepare.run(train=str(c / "train"), valid=str(c / "valid"), test=str(c / "test"), src="en", tgt="de",
-                    out=out / "data", vocab_size=1000, joint=True, character_coverage=1.0, spm_sample=1_000_000,
-                    max_len=250, max_ratio=3.0, workers=1, errors="strict", quiet=args.quiet)
+        prepare.run(
+            train=str(c / "train"),
+            valid=str(c / "valid"),
+            test=str(c / "test"),
+            src="en",
+            tgt="de",
+            out=out / "data",
+            vocab_size=1000,
+            joint=True,
+            character_coverage=1.0,
+            spm_sample=1_000_000,
+            max_len=250,
+            max_ratio=3.0,
+            workers=1,
+            errors="strict",
+            quiet=args.quiet,
+        )
         print("3/5 nmt train", file=sys.stderr)
-        train.run(data=out / "data", out=out / "run", recipe=None,
-                  overrides=[*DEMO_RECIPE, f"train.max_updates={args.updates}"], device="cpu", threads=0,
-                  compile_model=False, quiet=args.quiet)
+        train.run(
+            data=out / "data",
+            out=out / "run",
+            recipe=None,
+            overrides=[*DEMO_RECIPE, f"train.max_updates={args.updates}"],
+            device="cpu",
+            threads=0,
+            compile_model=False,
+            quiet=args.quiet,
+        )
         print("4/5 nmt average", file=sys.stderr)
-        average.run(checkpoints=[], output=out / "average.pt", run_dir=out / "run", last=None, quiet=args.quiet)
+        average.run(
+            checkpoints=[], output=out / "average.pt", run_dir=out / "run", last=None, quiet=args.quiet
+        )
         print("5/5 nmt translate + nmt score", file=sys.stderr)
-        translate.run(models=[out / "average.pt"], input_path=c / "test.en", output_path=out / "test.hyp.de",
-                      beam=None, lenpen=None, lenpen_style=None, max_len_a=None, max_len_b=None, nbest=1,
-                      batch_tokens=4096, buffer_size=1000, device="cpu", precision="fp32", threads=0,
-                      quiet=args.quiet)
-        for line_en, line_hyp in zip((c / "test.en").read_text().splitlines()[:3],
-                                     (out / "test.hyp.de").read_text().splitlines()[:3], strict=True):
+        translate.run(
+            models=[out / "average.pt"],
+            input_path=c / "test.en",
+            output_path=out / "test.hyp.de",
+            beam=None,
+            lenpen=None,
+            lenpen_style=None,
+            max_len_a=None,
+            max_len_b=None,
+            nbest=1,
+            batch_tokens=4096,
+            buffer_size=1000,
+            device="cpu",
+            precision="fp32",
+            threads=0,
+            quiet=args.quiet,
+        )
+        for line_en, line_hyp in zip(
+            (c / "test.en").read_text().splitlines()[:3],
+            (out / "test.hyp.de").read_text().splitlines()[:3],
+            strict=True,
+        ):
             print(f"  {line_en}  ->  {line_hyp}")
-        score.run(refs=[c / "test.de"], hyp=out / "test.hyp.de", metrics="bleu,chrf", tokenize=None,
-                  as_json=False)
+        score.run(
+            refs=[c / "test.de"], hyp=out / "test.hyp.de", metrics="bleu,chrf", tokenize=None, as_json=False
+        )
     except NmtError as err:
         print(f"nmt demo: error: {err}", file=sys.stderr)
         return err.exit_code

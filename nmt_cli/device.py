@@ -8,7 +8,7 @@ from nmt_cli.errors import InputError
 
 
 def resolve_device(name: str) -> torch.device:
-    """"auto" takes a GPU when one is visible; "cuda" without one is an error, not a silent CPU run."""
+    """ "auto" takes a GPU when one is visible; "cuda" without one is an error, not a silent CPU run."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cpu":
@@ -31,4 +31,6 @@ def check_precision(precision: str, device: torch.device, allowed: tuple[str, ..
     if precision not in allowed:
         raise InputError(f"precision '{precision}': use one of {', '.join(allowed)}")
     if precision == "fp16" and device.type != "cuda":
-        raise InputError("precision fp16 needs a CUDA device (loss scaling is a GPU feature); on CPU use bf16")
+        raise InputError(
+            "precision fp16 needs a CUDA device (loss scaling is a GPU feature); on CPU use bf16"
+        )

@@ -26,15 +26,33 @@ class Reporter:
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.bars_enabled = not quiet and sys.stderr.isatty()
 
-    def progress(self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
+    def progress(
+        self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it"
+    ) -> Iterator[T]:
         """Iterate with a progress bar on stderr (when enabled)."""
-        yield from tqdm(items, desc=desc, total=total, unit=unit, disable=not self.bars_enabled,
-                        file=sys.stderr, dynamic_ncols=True, leave=False)
+        yield from tqdm(
+            items,
+            desc=desc,
+            total=total,
+            unit=unit,
+            disable=not self.bars_enabled,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+        )
 
     def bar(self, desc: str, total: int | None = None, unit: str = "it", initial: int = 0) -> tqdm:
         """A manually advanced bar (`bar.update(n)`, `bar.set_postfix_str(...)`, `bar.close()`)."""
-        return tqdm(desc=desc, total=total, unit=unit, initial=initial, disable=not self.bars_enabled,
-                    file=sys.stderr, dynamic_ncols=True, leave=False)
+        return tqdm(
+            desc=desc,
+            total=total,
+            unit=unit,
+            initial=initial,
+            disable=not self.bars_enabled,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+        )
 
     def info(self, message: str) -> None:
         if not self.quiet:

@@ -71,7 +71,9 @@ class Ensemble:
 
 
 @torch.inference_mode()
-def greedy_search(ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int) -> list[list[Hypothesis]]:
+def greedy_search(
+    ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int
+) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch."""
     n, device = src.shape[0], src.device
     limit = max_lengths(src, max_len_a, max_len_b, ensemble.max_positions)
@@ -84,7 +86,7 @@ def greedy_search(ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: 
         log_probs, states = ensemble.step(tokens, states)  # (A, V)
         forced = t + 1 >= limit[active]
         log_probs[forced, :EOS_ID] = float("-inf")
-        log_probs[forced, EOS_ID + 1:] = float("-inf")
+        log_probs[forced, EOS_ID + 1 :] = float("-inf")
         best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
@@ -103,8 +105,16 @@ def _strip(row: list[int]) -> list[int]:
 
 
 @torch.inference_mode()
-def beam_search(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpen_style: str,
-                max_len_a: float, max_len_b: int, nbest: int = 1) -> list[list[Hypothesis]]:
+def beam_search(
+    ensemble: Ensemble,
+    src: Tensor,
+    beam: int,
+    lenpen: float,
+    lenpen_style: str,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first.
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
@@ -129,7 +139,7 @@ def beam_search(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpe
         a, vocab = active.numel(), log_probs.shape[-1]
         forced = (t + 1 >= limit[active]).repeat_interleave(k)
         log_probs[forced, :EOS_ID] = float("-inf")
-        log_probs[forced, EOS_ID + 1:] = float("-inf")
+        log_probs[forced, EOS_ID + 1 :] = float("-inf")
         cand = (scores.unsqueeze(-1) + log_probs.view(a, k, vocab)).view(a, k * vocab)
         top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
         top_beam, top_tok = top_idx // vocab, top_idx % vocab
@@ -153,7 +163,9 @@ def beam_search(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpe
         beams = top_beam.gather(1, keep_cols)
         scores = top_scores.gather(1, keep_cols)
         new_tok = top_tok.gather(1, keep_cols)
-        history = torch.cat([history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2)
+        history = torch.cat(
+            [history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2
+        )
 
         done = (fin_count[active] >= k) | (t + 1 >= limit[active])
         keep = (~done).nonzero()[:, 0]
@@ -170,20 +182,36 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
     order = fin_scores.argsort(dim=1, descending=True)[:, :nbest]
     scores = fin_scores.gather(1, order).tolist()
     tokens = fin_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, fin_tokens.shape[-1])).tolist()
-    return [[Hypothesis(_strip(t), s) for t, s in zip(ts, ss, strict=True) if s != float("-inf")]
-            for ts, ss in zip(tokens, scores, strict=True)]
+    return [
+        [Hypothesis(_strip(t), s) for t, s in zip(ts, ss, strict=True) if s != float("-inf")]
+        for ts, ss in zip(tokens, scores, strict=True)
+    ]
 
 
-def translate_batch(ensemble: Ensemble, src: Tensor, beam: int, lenpen: float, lenpen_style: str,
-                    max_len_a: float, max_len_b: int, nbest: int = 1) -> list[list[Hypothesis]]:
+def translate_batch(
+    ensemble: Ensemble,
+    src: Tensor,
+    beam: int,
+    lenpen: float,
+    lenpen_style: str,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
     """Greedy search for beam 1 (the fast path), beam search otherwise."""
     if beam == 1 and nbest == 1:
         return greedy_search(ensemble, src, max_len_a, max_len_b)
     return beam_search(ensemble, src, beam, lenpen, lenpen_style, max_len_a, max_len_b, nbest)
 
 
-def translate_sentences(ensemble: Ensemble, sentences: list[np.ndarray], cfg: DecodeConfig, batch_tokens: int,
-                        device: torch.device, nbest: int = 1) -> list[list[Hypothesis]]:
+def translate_sentences(
+    ensemble: Ensemble,
+    sentences: list[np.ndarray],
+    cfg: DecodeConfig,
+    batch_tokens: int,
+    device: torch.device,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order."""
     if not sentences:
         return []
@@ -193,8 +221,9 @@ def translate_sentences(ensemble: Ensemble, sentences: list[np.ndarray], cfg: De
     budget = max(batch_tokens // max(cfg.beam, 1), int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(ensemble, src, cfg.beam, cfg.lenpen, cfg.lenpen_style, cfg.max_len_a,
-                               cfg.max_len_b, nbest)
+        hyps = translate_batch(
+            ensemble, src, cfg.beam, cfg.lenpen, cfg.lenpen_style, cfg.max_len_a, cfg.max_len_b, nbest
+        )
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

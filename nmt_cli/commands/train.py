@@ -22,8 +22,16 @@ from nmt_cli.training.loop import Session, train
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
 
 
-def run(data: Path, out: Path, recipe: Path | None, overrides: list[str], device: str, threads: int,
-        compile_model: bool, quiet: bool) -> None:
+def run(
+    data: Path,
+    out: Path,
+    recipe: Path | None,
+    overrides: list[str],
+    device: str,
+    threads: int,
+    compile_model: bool,
+    quiet: bool,
+) -> None:
     reporter = Reporter(quiet)
     set_threads(threads)
     dev = resolve_device(device)
@@ -47,18 +55,29 @@ def run(data: Path, out: Path, recipe: Path | None, overrides: list[str], device
     if compile_model:
         model.compile()
     update = resume["progress"]["update"] if resume else 0
-    reporter.info(f"{'resuming' if resume else 'training'} {out} at update {update}: "
-                  f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
-                  f"{dev.type} {cfg.train.precision}, {torch.get_num_threads()} threads")
-    session = Session(model=model, cfg=cfg, train_data=train_data, valid_data=valid_data, run_dir=out,
-                      spm_models={"src": src_model, "tgt": tgt_model}, device=dev, reporter=reporter,
-                      tgt_processor=spm.load_processor(tgt_model))
+    reporter.info(
+        f"{'resuming' if resume else 'training'} {out} at update {update}: "
+        f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
+        f"{dev.type} {cfg.train.precision}, {torch.get_num_threads()} threads"
+    )
+    session = Session(
+        model=model,
+        cfg=cfg,
+        train_data=train_data,
+        valid_data=valid_data,
+        run_dir=out,
+        spm_models={"src": src_model, "tgt": tgt_model},
+        device=dev,
+        reporter=reporter,
+        tgt_processor=spm.load_processor(tgt_model),
+    )
     reason = train(session, resume)
     reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
 
 
-def resolve_config(recipe: Path | None, overrides: list[str], resume: dict | None, last: Path,
-                   meta: dict) -> RunConfig:
+def resolve_config(
+    recipe: Path | None, overrides: list[str], resume: dict | None, last: Path, meta: dict
+) -> RunConfig:
     """The run's config: the recipe (or, when resuming without one, the run's own config) plus
     --set overrides, with the vocabulary taken from the data. A resumed run may change training
     and decoding settings (say, max_updates) but not the model."""
@@ -74,8 +93,10 @@ def resolve_config(recipe: Path | None, overrides: list[str], resume: dict | Non
         for key, value in to_dict(cfg)["model"].items():
             if stored.get(key) != value:
                 what = "the data" if key in DATA_FIELDS else "the recipe"
-                raise InputError(f"cannot resume {last}: model.{key} is {stored.get(key)!r} there but "
-                                 f"{value!r} from {what}; use a new --out to train a different model")
+                raise InputError(
+                    f"cannot resume {last}: model.{key} is {stored.get(key)!r} there but "
+                    f"{value!r} from {what}; use a new --out to train a different model"
+                )
     return cfg
 
 

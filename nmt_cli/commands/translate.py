@@ -60,15 +60,21 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if len(x)]
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
         with autocast(self.device, self.precision):
-            hyps = translate_sentences(self.ensemble, [ids[i] for i in todo], self.decode, batch_tokens,
-                                       self.device, nbest)
+            hyps = translate_sentences(
+                self.ensemble, [ids[i] for i in todo], self.decode, batch_tokens, self.device, nbest
+            )
         for i, sentence in zip(todo, hyps, strict=True):
             results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]
         return results
 
 
-def load_translator(paths: list[Path], device: torch.device, precision: str, decode: DecodeConfig | None = None,
-                    **decode_overrides: object) -> Translator:
+def load_translator(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    decode: DecodeConfig | None = None,
+    **decode_overrides: object,
+) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     models, spm_models, cfg = [], None, None
     for path in paths:
@@ -77,22 +83,43 @@ def load_translator(paths: list[Path], device: torch.device, precision: str, dec
         if spm_models is None:
             spm_models, cfg = payload["spm"], run_cfg
         elif payload["spm"] != spm_models:
-            raise InputError(f"cannot ensemble {paths[0]} and {path}: they were trained with different "
-                             "sentencepiece models")
+            raise InputError(
+                f"cannot ensemble {paths[0]} and {path}: they were trained with different "
+                "sentencepiece models"
+            )
         model = Transformer(run_cfg.model)
         model.load_state_dict(payload["model"])
         models.append(model.eval().to(device))
     assert cfg is not None and spm_models is not None
     settings = replace(decode or cfg.decode, **{k: v for k, v in decode_overrides.items() if v is not None})
     settings.validate("translate options")
-    return Translator(Ensemble(models), settings, spm.load_processor(spm_models["src"]),
-                      spm.load_processor(spm_models["tgt"]), device, precision)
+    return Translator(
+        Ensemble(models),
+        settings,
+        spm.load_processor(spm_models["src"]),
+        spm.load_processor(spm_models["tgt"]),
+        device,
+        precision,
+    )
 
 
-def run(models: list[Path], input_path: Path | None, output_path: Path | None, beam: int | None,
-        lenpen: float | None, lenpen_style: str | None, max_len_a: float | None, max_len_b: int | None,
-        nbest: int, batch_tokens: int, buffer_size: int, device: str, precision: str, threads: int,
-        quiet: bool) -> None:
+def run(
+    models: list[Path],
+    input_path: Path | None,
+    output_path: Path | None,
+    beam: int | None,
+    lenpen: float | None,
+    lenpen_style: str | None,
+    max_len_a: float | None,
+    max_len_b: int | None,
+    nbest: int,
+    batch_tokens: int,
+    buffer_size: int,
+    device: str,
+    precision: str,
+    threads: int,
+    quiet: bool,
+) -> None:
     reporter = Reporter(quiet)
     set_threads(threads)
     dev = resolve_device(device)
@@ -101,8 +128,16 @@ def run(models: list[Path], input_path: Path | None, output_path: Path | None, b
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
-    translator = load_translator(models, dev, precision, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
-                                 max_len_a=max_len_a, max_len_b=max_len_b)
+    translator = load_translator(
+        models,
+        dev,
+        precision,
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )
     if nbest > translator.decode.beam:
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
@@ -116,12 +151,21 @@ def run(models: list[Path], input_path: Path | None, output_path: Path | None, b
         if input_path is not None:
             source.close()
     if translator.truncated:
-        reporter.warn(f"{translator.truncated} input lines were longer than the model's "
-                      f"{translator.max_source} pieces and were truncated")
+        reporter.warn(
+            f"{translator.truncated} input lines were longer than the model's "
+            f"{translator.max_source} pieces and were truncated"
+        )
 
 
-def _translate_to_file(translator: Translator, source: BinaryIO, name: str, output_path: Path,
-                       batch_tokens: int, buffer_size: int, nbest: int) -> None:
+def _translate_to_file(
+    translator: Translator,
+    source: BinaryIO,
+    name: str,
+    output_path: Path,
+    batch_tokens: int,
+    buffer_size: int,
+    nbest: int,
+) -> None:
     """Write to a temporary file and rename it at the end: no half-written output on failure."""
     tmp = output_path.with_name(f".{output_path.name}.tmp-{os.getpid()}")
     try:
@@ -134,8 +178,15 @@ def _translate_to_file(translator: Translator, source: BinaryIO, name: str, outp
         tmp.unlink(missing_ok=True)
 
 
-def _translate_stream(translator: Translator, source: BinaryIO, name: str, out: TextIO, batch_tokens: int,
-                      buffer_size: int, nbest: int) -> None:
+def _translate_stream(
+    translator: Translator,
+    source: BinaryIO,
+    name: str,
+    out: TextIO,
+    batch_tokens: int,
+    buffer_size: int,
+    nbest: int,
+) -> None:
     number = 0
     for lines in _buffers(source, name, buffer_size):
         for hyps in translator.translate(lines, batch_tokens, nbest):

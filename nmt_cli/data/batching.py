@@ -64,7 +64,8 @@ def _split_sorted(indices: np.ndarray, widths: np.ndarray, max_tokens: int) -> l
 
 
 def collate(src: list[np.ndarray], tgt: list[np.ndarray] | None = None) -> dict[str, Tensor]:
-    """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with BOS; tgt_out (B, T) ending in EOS."""
+    """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with BOS;
+    tgt_out (B, T) ending in EOS."""
     batch = {"src": _pad([np.append(s, EOS_ID) for s in src])}
     if tgt is not None:
         batch["tgt_in"] = _pad([np.insert(t, 0, BOS_ID) for t in tgt])

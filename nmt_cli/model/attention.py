@@ -74,7 +74,8 @@ class MultiHeadAttention(nn.Module):
         """
         if self.self_attention:
             q, k, v = self.qkv_proj(x).split(
-                [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+                [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1
+            )
             q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
             if cache is not None:
                 k = torch.cat([cache.k, k], dim=2)
@@ -89,8 +90,9 @@ class MultiHeadAttention(nn.Module):
 
         scores = None
         if prev_scores is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                 is_causal=is_causal and mask is None)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal and mask is None
+            )
         else:
             # RealFormer needs the raw scores, which SDPA does not return.
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k) + prev_scores  # (B, h, T, S)

@@ -78,6 +78,6 @@ class Embedding(nn.Module):
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids (B, T) at positions start..start+T-1 -> (B, T, d_model)."""
         t = ids.shape[1]
-        pos = self.positions.weight[start:start + t] if self.learned else self.table[start:start + t]
+        pos = self.positions.weight[start : start + t] if self.learned else self.table[start : start + t]
         x = self.tokens(ids) * self.scale + pos  # (B, T, d_model)
         return F.dropout(x, self.dropout, self.training)

@@ -59,7 +59,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True
+        )
         self.attn_res = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
@@ -75,23 +77,35 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True
+        )
         self.self_res = Residual(cfg.d_model, cfg.dropout, pre)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, False)
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, False
+        )
         self.cross_res = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
 
     def forward(
-        self, x: Tensor, self_mask: Tensor | None, is_causal: bool, cache: KVCache | None,
-        memory_kv: KVCache, src_mask: Tensor, scores: tuple[Tensor, Tensor] | None,
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None,
+        memory_kv: KVCache,
+        src_mask: Tensor,
+        scores: tuple[Tensor, Tensor] | None,
     ) -> tuple[Tensor, KVCache | None, tuple[Tensor, Tensor] | None]:
         self_scores, cross_scores = scores if scores is not None else (None, None)
         out, cache, self_scores = self.self_attn(
-            self.self_res.before(x), self_mask, cache=cache, is_causal=is_causal, prev_scores=self_scores)
+            self.self_res.before(x), self_mask, cache=cache, is_causal=is_causal, prev_scores=self_scores
+        )
         x = self.self_res.after(x, out)
         out, _, cross_scores = self.cross_attn(
-            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores)
+            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores
+        )
         x = self.cross_res.after(x, out)
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
         return x, cache, (self_scores, cross_scores) if scores is not None else None
@@ -166,7 +180,9 @@ class Transformer(nn.Module):
         scores_pair = (scores, scores) if scores is not None else None
         new_kv: list[KVCache | None] = []
         for layer, cache, memory_kv in zip(self.decoder, state.self_kv, state.memory_kv, strict=True):
-            x, cache, scores_pair = layer(x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores_pair)
+            x, cache, scores_pair = layer(
+                x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores_pair
+            )
             new_kv.append(cache)
         state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t)
         return self.decoder_norm(x), state

@@ -84,8 +84,14 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
-def accumulate_gradients(model: torch.nn.Module, batches: list[dict], label_smoothing: float, precision: str,
-                         scaler: torch.amp.GradScaler, device: torch.device) -> dict[str, float]:
+def accumulate_gradients(
+    model: torch.nn.Module,
+    batches: list[dict],
+    label_smoothing: float,
+    precision: str,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+) -> dict[str, float]:
     """Forward and backward over the batches of one update; the loss is normalised by the
     update's target tokens across all batches, so accumulation equals one big batch."""
     ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
@@ -101,11 +107,19 @@ def accumulate_gradients(model: torch.nn.Module, batches: list[dict], label_smoo
     return {"loss": total_loss, "nll": total_nll, "tokens": ntokens}
 
 
-def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                 lr: float, clip_norm: float, loss: float) -> tuple[bool, float]:
+def apply_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    lr: float,
+    clip_norm: float,
+    loss: float,
+) -> tuple[bool, float]:
     """Step the optimizer unless the loss or gradient is non-finite. Returns (stepped, grad norm)."""
     scaler.unscale_(optimizer)
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf))
+    grad_norm = float(
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf)
+    )
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         scaler.update()  # fp16: lower the loss scale; otherwise a no-op
         optimizer.zero_grad(set_to_none=True)
@@ -143,25 +157,23 @@ def train(s: Session, resume: dict | None) -> str:
             if not batches:
                 raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
             while progress.batch < len(batches) and not reason:
-                group = batches[progress.batch:progress.batch + tc.update_freq]
-                tensors = [collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
-                           for idx in group]
-                lr = learning_rate(progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup,
-                                   tc.lr_scale, tc.lr)
-                stats = accumulate_gradients(model, tensors, tc.label_smoothing, tc.precision, scaler, s.device)
+                group = batches[progress.batch : progress.batch + tc.update_freq]
+                tensors = [
+                    collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
+                    for idx in group
+                ]
+                lr = learning_rate(
+                    progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr
+                )
+                stats = accumulate_gradients(
+                    model, tensors, tc.label_smoothing, tc.precision, scaler, s.device
+                )
                 stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
                 progress.batch += len(group)
                 progress.train_seconds = base_seconds + time.monotonic() - session_start
                 if not stepped:
                     bad_in_row += 1
-                    metrics.write({"type": "skip", "update": progress.update, "loss": stats["loss"],
-                                   "grad_norm": grad_norm})
-                    s.reporter.warn(f"update {progress.update + 1}: non-finite loss or gradient, skipped")
-                    if bad_in_row >= MAX_BAD_UPDATES and not (tc.precision == "fp16" and scaler.get_scale() > 1e-4):
-                        raise RunFailure(
-                            f"training diverged: {bad_in_row} updates in a row had a non-finite loss or gradient; "
-                            f"the last good checkpoint is in {s.run_dir / 'checkpoints'}; lower the learning rate "
-                            "or use --precision fp32")
+                    _skipped(s, metrics, progress, stats["loss"], grad_norm, bad_in_row, scaler)
                     continue
                 bad_in_row = 0
                 progress.update += 1
@@ -173,7 +185,9 @@ def train(s: Session, resume: dict | None) -> str:
                     _log_train(metrics, bar, window, progress, lr)
                 if tc.valid_every_updates and progress.update % tc.valid_every_updates == 0:
                     reason = _validate(s, metrics, progress)
-                minutes_due = tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
+                minutes_due = (
+                    tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
+                )
                 if (tc.save_every_updates and progress.update % tc.save_every_updates == 0) or minutes_due:
                     _save(s, model, optimizer, scaler, progress)
                     last_save = time.monotonic()
@@ -186,6 +200,26 @@ def train(s: Session, resume: dict | None) -> str:
         if not _saved_at(s.run_dir, progress.update):
             _save(s, model, optimizer, scaler, progress)
     return f"{reason} at update {progress.update}"
+
+
+def _skipped(
+    s: Session,
+    metrics: MetricsLog,
+    progress: Progress,
+    loss: float,
+    grad_norm: float,
+    in_row: int,
+    scaler: torch.amp.GradScaler,
+) -> None:
+    """Log a skipped update; too many in a row (fp16: once loss scaling cannot help) end the run."""
+    metrics.write({"type": "skip", "update": progress.update, "loss": loss, "grad_norm": grad_norm})
+    s.reporter.warn(f"update {progress.update + 1}: non-finite loss or gradient, skipped")
+    scaling_helps = scaler.is_enabled() and scaler.get_scale() > 1e-4
+    if in_row >= MAX_BAD_UPDATES and not scaling_helps:
+        raise RunFailure(
+            f"training diverged: {in_row} updates in a row had a non-finite loss or gradient; the last good "
+            f"checkpoint is in {s.run_dir / 'checkpoints'}; lower the learning rate or use --precision fp32"
+        )
 
 
 def _stop_reason(tc, progress: Progress, signal_name: str | None) -> str:
@@ -201,14 +235,23 @@ def _stop_reason(tc, progress: Progress, signal_name: str | None) -> str:
 def _log_train(metrics: MetricsLog, bar, window: dict, progress: Progress, lr: float) -> None:
     elapsed = max(time.monotonic() - window["start"], 1e-9)
     tokens = max(window["tokens"], 1)
-    record = {"type": "train", "update": progress.update, "epoch": progress.epoch,
-              "loss": window["loss"] / tokens, "nll_loss": window["nll"] / tokens,
-              "ppl": math.exp(min(window["nll"] / tokens, 100.0)), "lr": lr,
-              "tokens_per_s": window["tokens"] / elapsed, "updates_per_s": window["updates"] / elapsed,
-              "wall_s": round(progress.train_seconds, 1)}
+    record = {
+        "type": "train",
+        "update": progress.update,
+        "epoch": progress.epoch,
+        "loss": window["loss"] / tokens,
+        "nll_loss": window["nll"] / tokens,
+        "ppl": math.exp(min(window["nll"] / tokens, 100.0)),
+        "lr": lr,
+        "tokens_per_s": window["tokens"] / elapsed,
+        "updates_per_s": window["updates"] / elapsed,
+        "wall_s": round(progress.train_seconds, 1),
+    }
     metrics.write(record)
-    bar.set_postfix_str(f"loss {record['loss']:.3f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
-                        f"{record['updates_per_s']:.2f} upd/s")
+    bar.set_postfix_str(
+        f"loss {record['loss']:.3f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
+        f"{record['updates_per_s']:.2f} upd/s"
+    )
     window.update({"loss": 0.0, "nll": 0.0, "tokens": 0, "updates": 0, "start": time.monotonic()})
 
 
@@ -220,10 +263,19 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
         progress.best_valid_loss, progress.bad_validations = result["loss"], 0
     else:
         progress.bad_validations += 1
-    metrics.write({"type": "valid", "update": progress.update, **result, "best_loss": progress.best_valid_loss,
-                   "wall_s": round(progress.train_seconds, 1)})
+    metrics.write(
+        {
+            "type": "valid",
+            "update": progress.update,
+            **result,
+            "best_loss": progress.best_valid_loss,
+            "wall_s": round(progress.train_seconds, 1),
+        }
+    )
     bleu = f", BLEU {result['bleu']:.2f}" if "bleu" in result else ""
-    s.reporter.info(f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{bleu}")
+    s.reporter.info(
+        f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{bleu}"
+    )
     if improved:
         _save_best(s, progress)
     if s.cfg.train.patience and progress.bad_validations >= s.cfg.train.patience:
@@ -251,9 +303,16 @@ def _saved_at(run_dir: Path, update: int) -> bool:
 def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     """Write the full training state as a numbered checkpoint, which `checkpoint_last.pt` then names."""
     ckpt_dir = s.run_dir / "checkpoints"
-    payload = {"kind": "train", "config": to_dict(s.cfg), "model": model.state_dict(),
-               "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng": _rng_state(),
-               "progress": asdict(progress), "spm": s.spm_models}
+    payload = {
+        "kind": "train",
+        "config": to_dict(s.cfg),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": _rng_state(),
+        "progress": asdict(progress),
+        "spm": s.spm_models,
+    }
     path = ckpt_dir / checkpoint.numbered_name(progress.update)
     checkpoint.save(payload, path)
     _replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
@@ -261,8 +320,13 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
 
 
 def _save_best(s: Session, progress: Progress) -> None:
-    payload = {"kind": "best", "config": to_dict(s.cfg), "model": s.model.state_dict(), "spm": s.spm_models,
-               "progress": asdict(progress)}
+    payload = {
+        "kind": "best",
+        "config": to_dict(s.cfg),
+        "model": s.model.state_dict(),
+        "spm": s.spm_models,
+        "progress": asdict(progress),
+    }
     checkpoint.save(payload, s.run_dir / "checkpoints" / "checkpoint_best.pt")
 
 

@@ -17,7 +17,9 @@ def inverse_sqrt(step: int, peak_lr: float, warmup: int) -> float:
     return peak_lr * (warmup / step) ** 0.5
 
 
-def learning_rate(step: int, schedule: str, d_model: int, warmup: int, lr_scale: float, peak_lr: float) -> float:
+def learning_rate(
+    step: int, schedule: str, d_model: int, warmup: int, lr_scale: float, peak_lr: float
+) -> float:
     if schedule == "noam":
         return noam(step, d_model, warmup, lr_scale)
     return inverse_sqrt(step, peak_lr, warmup)

@@ -20,10 +20,14 @@ from nmt_cli.training.precision import autocast
 
 
 @torch.inference_mode()
-def valid_loss(model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device) -> dict[str, float]:
+def valid_loss(
+    model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device
+) -> dict[str, float]:
     total_loss = total_nll = 0.0
     tokens = 0
-    for idx in make_batches(data.src.lengths(), data.tgt.lengths(), cfg.train.max_tokens, 0, 0, shuffle=False):
+    for idx in make_batches(
+        data.src.lengths(), data.tgt.lengths(), cfg.train.max_tokens, 0, 0, shuffle=False
+    ):
         batch = collate([data.src[i] for i in idx], [data.tgt[i] for i in idx])
         with autocast(device, cfg.train.precision):
             logits = model(batch["src"].to(device), batch["tgt_in"].to(device))
@@ -31,20 +35,31 @@ def valid_loss(model: Transformer, data: ParallelSplit, cfg: RunConfig, device: 
         total_loss, total_nll = total_loss + float(loss), total_nll + float(nll)
         tokens += int((batch["tgt_out"] != PAD_ID).sum())
     tokens = max(tokens, 1)
-    return {"loss": total_loss / tokens, "nll_loss": total_nll / tokens,
-            "ppl": math.exp(min(total_nll / tokens, 100.0))}
+    return {
+        "loss": total_loss / tokens,
+        "nll_loss": total_nll / tokens,
+        "ppl": math.exp(min(total_nll / tokens, 100.0)),
+    }
 
 
-def validate(model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device,
-             tgt_processor) -> dict[str, float]:
-    """Loss, perplexity and (if train.valid_bleu) sacreBLEU of the decoded valid set; leaves the model training."""
+def validate(
+    model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device, tgt_processor
+) -> dict[str, float]:
+    """Loss, perplexity and (if train.valid_bleu) sacreBLEU of the decoded valid set.
+
+    Leaves the model in training mode."""
     model.eval()
     try:
         result = valid_loss(model, data, cfg, device)
         if cfg.train.valid_bleu and len(data) > 0:
             with autocast(device, cfg.train.precision):
-                hyps = translate_sentences(Ensemble([model]), [data.src[i] for i in range(len(data))],
-                                           cfg.decode, cfg.train.max_tokens, device)
+                hyps = translate_sentences(
+                    Ensemble([model]),
+                    [data.src[i] for i in range(len(data))],
+                    cfg.decode,
+                    cfg.train.max_tokens,
+                    device,
+                )
             hypotheses = [tgt_processor.decode(h[0].tokens if h else []) for h in hyps]
             references = [tgt_processor.decode(data.tgt[i].tolist()) for i in range(len(data))]
             result["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score

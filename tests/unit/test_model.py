@@ -14,15 +14,31 @@ VARIANTS = {
     "pre": {"norm": "pre"},
     "realformer": {"residual_attention": True},
     "windowed": {"attention_window": 2},
-    "learned-pre-realformer-windowed": {"positions": "learned", "norm": "pre", "residual_attention": True,
-                                        "attention_window": 3},
+    "learned-pre-realformer-windowed": {
+        "positions": "learned",
+        "norm": "pre",
+        "residual_attention": True,
+        "attention_window": 3,
+    },
 }
 
 
 def tiny(**overrides) -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8,
-                      dropout=0.0, max_positions=64, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, **overrides)
+    cfg = ModelConfig(
+        encoder_layers=2,
+        decoder_layers=2,
+        d_model=32,
+        d_ff=64,
+        heads=4,
+        d_k=8,
+        d_v=8,
+        dropout=0.0,
+        max_positions=64,
+        src_vocab_size=VOCAB,
+        tgt_vocab_size=VOCAB,
+        **overrides,
+    )
     return Transformer(cfg).eval()
 
 
@@ -81,7 +97,7 @@ def test_incremental_decoding_equals_full_forward(variant):
         state = model.init_state(memory, src_mask)
         steps = []
         for i in range(tgt.shape[1]):
-            log_probs, state = model.decode_step(tgt[:, i:i + 1], state)
+            log_probs, state = model.decode_step(tgt[:, i : i + 1], state)
             steps.append(log_probs)
     torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
 
@@ -93,7 +109,7 @@ def test_reordering_the_state_follows_the_rows():
         memory, mask = model.encode(src)
         state = model.init_state(memory, mask)
         for i in range(2):
-            _, state = model.decode_step(tgt[:, i:i + 1], state)
+            _, state = model.decode_step(tgt[:, i : i + 1], state)
         order = torch.tensor([2, 0, 0])
         reordered, _ = model.decode_step(tgt[order, 2:3], state.index_select(order))
         direct, _ = model.decode_step(tgt[:, 2:3], state)
@@ -119,8 +135,19 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
 
 def test_a_tiny_model_overfits_a_handful_of_pairs():
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16,
-                      dropout=0.0, max_positions=32, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+    cfg = ModelConfig(
+        encoder_layers=2,
+        decoder_layers=2,
+        d_model=64,
+        d_ff=128,
+        heads=4,
+        d_k=16,
+        d_v=16,
+        dropout=0.0,
+        max_positions=32,
+        src_vocab_size=VOCAB,
+        tgt_vocab_size=VOCAB,
+    )
     model = Transformer(cfg)
     src = rand_tokens(8, 6)
     target = src.flip(1)  # learn to reverse

@@ -12,8 +12,19 @@ from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
 
 def tiny(vocab: int, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8,
-                      dropout=0.0, max_positions=64, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    cfg = ModelConfig(
+        encoder_layers=2,
+        decoder_layers=2,
+        d_model=32,
+        d_ff=64,
+        heads=4,
+        d_k=8,
+        d_v=8,
+        dropout=0.0,
+        max_positions=64,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+    )
     model = Transformer(cfg).eval()
     with torch.no_grad():  # sharper distributions than the initialisation gives, so search matters
         model.tgt_embed.tokens.weight.mul_(8.0)
@@ -127,6 +138,8 @@ def test_an_ensemble_of_identical_models_decodes_like_one():
 def test_outputs_respect_the_maximum_length():
     model = tiny(30)
     src = sources(30)
-    for hyps in (beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 0.0, 3),
-                 greedy_search(Ensemble([model]), src, 0.0, 3)):
+    for hyps in (
+        beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 0.0, 3),
+        greedy_search(Ensemble([model]), src, 0.0, 3),
+    ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)

@@ -35,8 +35,10 @@ def test_label_smoothing_zero_is_cross_entropy():
     torch.testing.assert_close(loss, nll)
 
 
-@pytest.mark.parametrize("step, expected", [(1, 512**-0.5 * 4000**-1.5), (4000, 512**-0.5 * 4000**-0.5),
-                                            (16000, 512**-0.5 * 16000**-0.5)])
+@pytest.mark.parametrize(
+    "step, expected",
+    [(1, 512**-0.5 * 4000**-1.5), (4000, 512**-0.5 * 4000**-0.5), (16000, 512**-0.5 * 16000**-0.5)],
+)
 def test_noam_schedule_matches_the_formula(step, expected):
     assert noam(step, 512, 4000) == pytest.approx(expected)
     assert noam(step, 512, 4000, scale=2.0) == pytest.approx(2 * expected)
@@ -85,8 +87,18 @@ def test_batches_group_similar_lengths():
 
 def test_accumulating_two_batches_equals_one_batch_of_their_union():
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8,
-                      dropout=0.0, src_vocab_size=30, tgt_vocab_size=30)
+    cfg = ModelConfig(
+        encoder_layers=1,
+        decoder_layers=1,
+        d_model=16,
+        d_ff=32,
+        heads=2,
+        d_k=8,
+        d_v=8,
+        dropout=0.0,
+        src_vocab_size=30,
+        tgt_vocab_size=30,
+    )
     model = Transformer(cfg)
     rng = np.random.default_rng(0)
     src = [rng.integers(4, 30, n) for n in (3, 5, 4, 7)]
