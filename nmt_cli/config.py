@@ -170,12 +170,8 @@ class TrainConfig:
             "train.adam_betas",
             "must be two numbers in [0, 1)",
         )
-        _check(
-            self.lr > 0 and self.lr_scale > 0 and self.adam_eps > 0,
-            where,
-            "train.lr",
-            "lr, lr_scale and adam_eps must be positive",
-        )
+        for name in ("lr", "lr_scale", "adam_eps"):
+            _check(getattr(self, name) > 0, where, f"train.{name}", "must be positive")
         for name in (
             "max_updates",
             "max_epochs",
@@ -215,12 +211,8 @@ class DecodeConfig:
             "decode.lenpen_style",
             f'\'{self.lenpen_style}\': use "gnmt" or "fairseq"',
         )
-        _check(
-            self.max_len_a >= 0 and self.max_len_b >= 0,
-            where,
-            "decode.max_len_a",
-            "max_len_a and max_len_b must not be negative",
-        )
+        for name in ("max_len_a", "max_len_b"):
+            _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
 
 
 @dataclass
