@@ -1,6 +1,7 @@
 """`nmt train`: resolve the config, load the corpus, build or restore the model, and train.
 
 Running it again on an existing run directory resumes from `checkpoints/checkpoint_last.pt`.
+Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from nmt_cli.device import check_precision, resolve_device, set_threads
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.report import Reporter
+from nmt_cli.training import distributed
+from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
 
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
@@ -32,9 +35,33 @@ def run(
     compile_model: bool,
     quiet: bool,
 ) -> None:
-    reporter = Reporter(quiet)
+    """Train (or resume) a run. Under torchrun this is one of several processes: each joins the
+    process group and trains on its share of every update; rank 0 alone speaks and writes."""
+    world = distributed.from_env()
+    reporter = Reporter(quiet or not world.is_main)
     set_threads(threads)
-    dev = resolve_device(device)
+    dev = distributed.local_device(resolve_device(device), world)
+    distributed.init(world, dev)
+    try:
+        session, resume = open_session(data, out, recipe, overrides, dev, world, reporter, compile_model)
+        reason = train(session, resume)
+    finally:
+        distributed.cleanup(world)
+    reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
+
+
+def open_session(
+    data: Path,
+    out: Path,
+    recipe: Path | None,
+    overrides: list[str],
+    dev: torch.device,
+    world: World,
+    reporter: Reporter,
+    compile_model: bool,
+) -> tuple[Session, dict | None]:
+    """Resolve the config, load the corpus, and build the model or restore it from the run's last
+    checkpoint (every process reads the same files: --data and --out must be shared by all nodes)."""
     meta = corpus.load_meta(data)
     last = out / "checkpoints" / "checkpoint_last.pt"
     resume = checkpoint.load(last) if last.exists() else None
@@ -44,21 +71,25 @@ def run(
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)
+    update = resume["progress"]["update"] if resume else 0
+    distributed.check_same(update, "the update to resume from", world)
 
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.toml", dump_toml(cfg))
+    if world.is_main:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        _write_atomic(out / "config.toml", dump_toml(cfg))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
     if resume is not None:
         model.load_state_dict(resume["model"])
     model.to(dev)
     if compile_model:
-        model.compile()
-    update = resume["progress"]["update"] if resume else 0
+        model.compile()  # in place: parameter names (and so checkpoints) stay those of the model
+    processes = f" x {world.size} processes" if world.distributed else ""
     reporter.info(
         f"{'resuming' if resume else 'training'} {out} at update {update}: "
         f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
-        f"{dev.type} {cfg.train.precision}, {torch.get_num_threads()} threads"
+        f"{dev.type}{processes} {cfg.train.precision}, {torch.get_num_threads()} threads, up to "
+        f"{cfg.train.max_tokens * cfg.train.update_freq * world.size:,} tokens per update"
     )
     session = Session(
         model=model,
@@ -70,9 +101,9 @@ def run(
         device=dev,
         reporter=reporter,
         tgt_processor=spm.load_processor(tgt_model),
+        world=world,
     )
-    reason = train(session, resume)
-    reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
+    return session, resume
 
 
 def resolve_config(

@@ -1,8 +1,10 @@
 """The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
 
-`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them,
-accumulate gradients normalised by the update's target tokens, step Adam with the
-schedule's learning rate, then log, validate, save and check the stop conditions.
+`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them
+(`update_freq` x world size under torchrun, shared out among the processes), accumulate
+gradients normalised by the update's target tokens, step Adam with the schedule's learning
+rate, then log, validate, save and check the stop conditions. With several processes only
+rank 0 logs, validates and saves; `distributed.py` holds the collectives.
 Imports torch, the model, data, search, checkpoint, config, errors and report.
 """
 
@@ -12,18 +14,20 @@ import math
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import PAD_ID, RunConfig, to_dict
+from nmt_cli.config import PAD_ID, RunConfig, TrainConfig, to_dict
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.errors import RunFailure
 from nmt_cli.model import Transformer
 from nmt_cli.report import MetricsLog, Reporter
+from nmt_cli.training import distributed
+from nmt_cli.training.distributed import World
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.precision import autocast
 from nmt_cli.training.schedule import learning_rate
@@ -39,7 +43,9 @@ class Progress:
     update: int = 0
     epoch: int = 1
     batch: int = 0
-    """Batches of the current epoch already consumed."""
+    """Batches of the current epoch already consumed. Every process builds the same batch list,
+    so this is a place in that list whatever the number of processes: a run can resume with
+    another world size."""
     train_seconds: float = 0.0
     """Wall time spent training over all sessions of this run (for train.max_minutes)."""
     best_valid_loss: float = math.inf
@@ -60,6 +66,8 @@ class Session:
     reporter: Reporter
     tgt_processor: object
     """sentencepiece processor of the target side, for validation BLEU."""
+    world: World = field(default_factory=World)
+    """This process's place among the torchrun processes (one process by default)."""
 
 
 class StopSignal:
@@ -91,17 +99,28 @@ def accumulate_gradients(
     precision: str,
     scaler: torch.amp.GradScaler,
     device: torch.device,
+    ntokens: int | None = None,
+    idle: bool = False,
 ) -> dict[str, float]:
-    """Forward and backward over the batches of one update; the loss is normalised by the
-    update's target tokens across all batches, so accumulation equals one big batch."""
-    ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
+    """Forward and backward over this process's batches of one update. The loss is normalised by
+    `ntokens`, the update's target tokens over the batches of all processes (default: those of
+    `batches`), so accumulation, and DDP's summed all-reduce, equal one big batch.
+
+    Under DDP gradients are all-reduced in the last backward only. An `idle` process (no batch
+    left for it at the end of an epoch) runs one stand-in batch with weight 0, so that it still
+    joins the all-reduce; it reports no loss and no tokens."""
+    if ntokens is None:
+        ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
     total_loss = total_nll = 0.0
-    for batch in batches:
+    for i, batch in enumerate(batches):
         src, tgt_in, tgt_out = (batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out"))
-        with autocast(device, precision):
-            logits = model(src, tgt_in)
-        loss, nll = label_smoothed_nll(logits, tgt_out, label_smoothing)
-        scaler.scale(loss / ntokens).backward()
+        with distributed.gradient_sync(model, i == len(batches) - 1):
+            with autocast(device, precision):
+                logits = model(src, tgt_in)
+            loss, nll = label_smoothed_nll(logits, tgt_out, label_smoothing)
+            if idle:
+                loss, nll = loss * 0.0, nll * 0.0
+            scaler.scale(loss / ntokens).backward()
         total_loss += float(loss.detach())
         total_nll += float(nll.detach())
     return {"loss": total_loss, "nll": total_nll, "tokens": ntokens}
@@ -134,7 +153,8 @@ def apply_update(
 
 def train(s: Session, resume: dict | None) -> str:
     """Train until a stop condition; returns why it stopped."""
-    cfg, tc, model = s.cfg, s.cfg.train, s.model
+    cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
+    net = distributed.wrap(model, world, s.device)  # what forward and backward go through
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps)
     scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
     progress = Progress()
@@ -142,7 +162,7 @@ def train(s: Session, resume: dict | None) -> str:
         optimizer.load_state_dict(resume["optimizer"])
         scaler.load_state_dict(resume["scaler"])
         progress = Progress(**resume["progress"])
-        _set_rng_state(resume["rng"])
+        _set_rng_state(resume["rng"], s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()
     bar = s.reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
@@ -157,20 +177,30 @@ def train(s: Session, resume: dict | None) -> str:
             if not batches:
                 raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
             while progress.batch < len(batches) and not reason:
-                group = batches[progress.batch : progress.batch + tc.update_freq]
+                group, mine = distributed.update_share(batches, progress.batch, tc.update_freq, world)
                 tensors = [
                     collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
-                    for idx in group
+                    for idx in mine or group[:1]  # group[:1]: a stand-in for an idle process
                 ]
                 lr = learning_rate(
                     progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr
                 )
+                distributed.seed_update(tc.seed, progress.update, world)
                 stats = accumulate_gradients(
-                    model, tensors, tc.label_smoothing, tc.precision, scaler, s.device
+                    net,
+                    tensors,
+                    tc.label_smoothing,
+                    tc.precision,
+                    scaler,
+                    s.device,
+                    ntokens=distributed.target_tokens(group, tgt_len),
+                    idle=not mine,
                 )
-                stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
                 progress.batch += len(group)
                 progress.train_seconds = base_seconds + time.monotonic() - session_start
+                # All processes now hold the same gradients; agree on the loss and on stopping.
+                stats, stop_requests = _agree(stats, stop.received, tc, progress, world, s.device)
+                stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
                 if not stepped:
                     bad_in_row += 1
                     _skipped(s, metrics, progress, stats["loss"], grad_norm, bad_in_row, scaler)
@@ -181,25 +211,48 @@ def train(s: Session, resume: dict | None) -> str:
                     window[key] += stats[key]
                 window["updates"] += 1
                 bar.update(1)
-                if progress.update % tc.log_every_updates == 0:
+                if world.is_main and progress.update % tc.log_every_updates == 0:
                     _log_train(metrics, bar, window, progress, lr)
                 if tc.valid_every_updates and progress.update % tc.valid_every_updates == 0:
-                    reason = _validate(s, metrics, progress)
+                    early_stop = _validate(s, metrics, progress) if world.is_main else ""
+                    reason = str(distributed.from_main(early_stop, world))
                 minutes_due = (
                     tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
                 )
-                if (tc.save_every_updates and progress.update % tc.save_every_updates == 0) or minutes_due:
+                updates_due = tc.save_every_updates and progress.update % tc.save_every_updates == 0
+                if world.is_main and (updates_due or minutes_due):
                     _save(s, model, optimizer, scaler, progress)
                     last_save = time.monotonic()
-                reason = reason or _stop_reason(tc, progress, stop.received)
+                reason = reason or _stop_reason(tc, progress, *stop_requests)
             if progress.batch >= len(batches):
                 progress.epoch, progress.batch = progress.epoch + 1, 0
                 if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
                     reason = f"reached train.max_epochs = {tc.max_epochs}"
         bar.close()
-        if not _saved_at(s.run_dir, progress.update):
+        if world.is_main and not _saved_at(s.run_dir, progress.update):
             _save(s, model, optimizer, scaler, progress)
+    distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return f"{reason} at update {progress.update}"
+
+
+def _agree(
+    stats: dict[str, float],
+    signal_name: str | None,
+    tc: TrainConfig,
+    progress: Progress,
+    world: World,
+    device: torch.device,
+) -> tuple[dict[str, float], tuple[str | None, bool]]:
+    """The update's loss summed over the processes, and whether any process was signalled or
+    ran out of time (clocks differ): one small all-reduce, none on one process, so that all
+    processes skip, log and stop at the same update. Returns (stats, (signal, out of time))."""
+    out_of_time = bool(tc.max_minutes) and progress.train_seconds >= 60 * tc.max_minutes
+    loss, nll, signalled, timed_out = distributed.all_reduce_sum(
+        [stats["loss"], stats["nll"], float(signal_name is not None), float(out_of_time)], world, device
+    )
+    if signalled and signal_name is None:
+        signal_name = "a signal to another process"
+    return {**stats, "loss": loss, "nll": nll}, (signal_name, timed_out > 0)
 
 
 def _skipped(
@@ -212,8 +265,9 @@ def _skipped(
     scaler: torch.amp.GradScaler,
 ) -> None:
     """Log a skipped update; too many in a row (fp16: once loss scaling cannot help) end the run."""
-    metrics.write({"type": "skip", "update": progress.update, "loss": loss, "grad_norm": grad_norm})
-    s.reporter.warn(f"update {progress.update + 1}: non-finite loss or gradient, skipped")
+    if s.world.is_main:
+        metrics.write({"type": "skip", "update": progress.update, "loss": loss, "grad_norm": grad_norm})
+        s.reporter.warn(f"update {progress.update + 1}: non-finite loss or gradient, skipped")
     scaling_helps = scaler.is_enabled() and scaler.get_scale() > 1e-4
     if in_row >= MAX_BAD_UPDATES and not scaling_helps:
         raise RunFailure(
@@ -222,12 +276,12 @@ def _skipped(
         )
 
 
-def _stop_reason(tc, progress: Progress, signal_name: str | None) -> str:
+def _stop_reason(tc: TrainConfig, progress: Progress, signal_name: str | None, out_of_time: bool) -> str:
     if signal_name:
         return f"stopped by {signal_name}"
     if tc.max_updates and progress.update >= tc.max_updates:
         return f"reached train.max_updates = {tc.max_updates}"
-    if tc.max_minutes and progress.train_seconds >= 60 * tc.max_minutes:
+    if out_of_time:
         return f"reached train.max_minutes = {tc.max_minutes:g}"
     return ""
 
@@ -283,17 +337,20 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
     return ""
 
 
-def _rng_state() -> dict:
+def _rng_state(device: torch.device) -> dict:
+    """The CPU generator and, on a GPU, this process's device generator only (reading every
+    visible GPU's would open a CUDA context on each of them from rank 0)."""
     state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict) -> None:
+def _set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device.type == "cuda":
+        cuda = state["cuda"]  # one state; a list (one per GPU) in checkpoints of earlier versions
+        torch.cuda.set_rng_state(cuda if isinstance(cuda, torch.Tensor) else cuda[0], device)
 
 
 def _saved_at(run_dir: Path, update: int) -> bool:
@@ -309,7 +366,7 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(),
-        "rng": _rng_state(),
+        "rng": _rng_state(s.device),
         "progress": asdict(progress),
         "spm": s.spm_models,
     }
