@@ -199,7 +199,7 @@ def train(s: Session, resume: dict | None) -> str:
                 progress.batch += len(group)
                 progress.train_seconds = base_seconds + time.monotonic() - session_start
                 # All processes now hold the same gradients; agree on the loss and on stopping.
-                stats, stop_requests = _agree(stats, stop.received, tc, progress, world, s.device)
+                stats, signalled, out_of_time = _agree(stats, stop.received, tc, progress, world, s.device)
                 stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
                 if not stepped:
                     bad_in_row += 1
@@ -223,7 +223,7 @@ def train(s: Session, resume: dict | None) -> str:
                 if world.is_main and (updates_due or minutes_due):
                     _save(s, model, optimizer, scaler, progress)
                     last_save = time.monotonic()
-                reason = reason or _stop_reason(tc, progress, *stop_requests)
+                reason = reason or _stop_reason(tc, progress, signalled, stop.received, out_of_time)
             if progress.batch >= len(batches):
                 progress.epoch, progress.batch = progress.epoch + 1, 0
                 if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
@@ -237,22 +237,20 @@ def train(s: Session, resume: dict | None) -> str:
 
 def _agree(
     stats: dict[str, float],
-    signal_name: str | None,
+    own_signal: str | None,
     tc: TrainConfig,
     progress: Progress,
     world: World,
     device: torch.device,
-) -> tuple[dict[str, float], tuple[str | None, bool]]:
+) -> tuple[dict[str, float], bool, bool]:
     """The update's loss summed over the processes, and whether any process was signalled or
     ran out of time (clocks differ): one small all-reduce, none on one process, so that all
-    processes skip, log and stop at the same update. Returns (stats, (signal, out of time))."""
+    processes skip, log and stop at the same update. Returns (stats, signalled, out of time)."""
     out_of_time = bool(tc.max_minutes) and progress.train_seconds >= 60 * tc.max_minutes
     loss, nll, signalled, timed_out = distributed.all_reduce_sum(
-        [stats["loss"], stats["nll"], float(signal_name is not None), float(out_of_time)], world, device
+        [stats["loss"], stats["nll"], float(own_signal is not None), float(out_of_time)], world, device
     )
-    if signalled and signal_name is None:
-        signal_name = "a signal to another process"
-    return {**stats, "loss": loss, "nll": nll}, (signal_name, timed_out > 0)
+    return {**stats, "loss": loss, "nll": nll}, signalled > 0, timed_out > 0
 
 
 def _skipped(
@@ -276,9 +274,11 @@ def _skipped(
         )
 
 
-def _stop_reason(tc: TrainConfig, progress: Progress, signal_name: str | None, out_of_time: bool) -> str:
-    if signal_name:
-        return f"stopped by {signal_name}"
+def _stop_reason(
+    tc: TrainConfig, progress: Progress, signalled: bool, own_signal: str | None, out_of_time: bool
+) -> str:
+    if signalled:
+        return f"stopped by {own_signal or 'a signal to another process'}"
     if tc.max_updates and progress.update >= tc.max_updates:
         return f"reached train.max_updates = {tc.max_updates}"
     if out_of_time:
