@@ -130,8 +130,8 @@ def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn
     gradient a single process would get for the same batches."""
     if not world.distributed:
         return model
-    # The only buffer is the fixed sinusoid table: no need to broadcast it before every forward.
-    # (torch >= 2.12 renamed the option.)
+    # The model's buffers are constants (the sinusoid table), equal on every rank: no need to
+    # broadcast them before every forward. (torch >= 2.12 renamed the option.)
     no_buffer_sync = (
         {"forward_sync_buffers": False}
         if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
@@ -144,7 +144,7 @@ def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn
     return ddp
 
 
-def _sum_gradients(process_group, bucket):  # noqa: ANN001, ANN201
+def _sum_gradients(process_group, bucket):
     """DDP communication hook: all-reduce (sum) one bucket of gradients, no division by the world
     size. (Not annotated: DDP compares the annotations with dist.GradBucket and Future[Tensor],
     and under `from __future__ import annotations` they would be strings.)"""
