@@ -8,6 +8,7 @@ Each buffer's output is written and flushed before the next buffer is read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -175,7 +176,10 @@ def _translate_to_file(
     except OSError as err:
         raise InputError(f"--output {output_path}: cannot write ({err.strerror or err})") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        # Suppressed: when the parent is not a directory, unlink fails too (ENOTDIR), and that
+        # error must not replace the one above.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _translate_stream(
