@@ -1,0 +1,221 @@
+"""`nmt train` end to end on the tiny copy task: it learns, it resumes exactly, it refuses bad
+recipes and a changed model in one line, it stops cleanly on SIGTERM/SIGINT, and it writes
+metrics.jsonl and config.toml that can be read back."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import Corpus, TrainedRun, nmt, nmt_command, subprocess_env, train_args
+
+from nmt_cli import checkpoint
+from nmt_cli.config import load_recipe
+from nmt_cli.data import corpus as corpus_io
+from nmt_cli.data.batching import make_batches
+from nmt_cli.model import Transformer
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _state(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    payload = checkpoint.load(path)
+    return payload["model"], payload["progress"]
+
+
+def test_a_tiny_model_learns_to_copy(trained: TrainedRun, corpus: Corpus, tmp_path: Path) -> None:
+    hyp = tmp_path / "test.hyp"
+    code = nmt(
+        "-q", "translate", "-m", trained.checkpoint, "-i", corpus.raw / "test.src", "-o", hyp, "--threads", 1
+    )
+    assert code == 0
+    outputs = _lines(hyp)
+    assert len(outputs) == len(corpus.test_tgt)
+    exact = sum(h == r for h, r in zip(outputs, corpus.test_tgt, strict=True)) / len(outputs)
+    assert exact > 0.95, f"exact match {exact:.2%} after {trained.updates} updates"
+
+
+def test_metrics_and_config_are_readable(trained: TrainedRun) -> None:
+    records = [json.loads(line) for line in _lines(trained.run_dir / "metrics.jsonl")]
+    train_records = [r for r in records if r["type"] == "train"]
+    valid_records = [r for r in records if r["type"] == "valid"]
+    assert [r["update"] for r in train_records] == list(range(50, trained.updates + 1, 50))
+    assert [r["update"] for r in valid_records] == list(
+        range(trained.save_every, trained.updates + 1, trained.save_every)
+    )
+    for record in train_records:
+        assert record["loss"] > 0 and record["lr"] > 0 and record["tokens_per_s"] > 0
+    for record in valid_records:
+        assert record["loss"] > 0 and record["ppl"] >= 1.0
+    assert train_records[-1]["loss"] < train_records[0]["loss"]
+
+    cfg = load_recipe(trained.run_dir / "config.toml")
+    assert (cfg.model.d_model, cfg.model.heads, cfg.model.max_positions) == (32, 2, 64)
+    assert cfg.train.max_updates == trained.updates
+    assert cfg.train.lr_schedule == "inverse_sqrt"
+    assert cfg.model.src_vocab_size == cfg.model.tgt_vocab_size == 100
+
+
+def _epoch_batches(data: Path, max_tokens: int = 512, seed: int = 1) -> int:
+    """How many batches (= updates, with update_freq 1) the first epoch of the tiny run has."""
+    split = corpus_io.load_split(data, "train")
+    return len(make_batches(split.src.lengths(), split.tgt.lengths(), max_tokens, seed, 1))
+
+
+RESUME = [
+    "model.dropout=0.3",
+    "model.attention_dropout=0.1",
+    "model.activation_dropout=0.1",
+    "train.label_smoothing=0.1",
+    "train.valid_every_updates=0",
+    "train.log_every_updates=1000",
+    "train.keep_last=1000",
+]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """One run through the first epoch and half of the second, saving after every update."""
+    epoch = _epoch_batches(corpus.data)
+    assert epoch >= 6, "the copy corpus should give several batches per epoch"
+    run_dir = tmp_path_factory.mktemp("resume") / "uninterrupted"
+    end = epoch + epoch // 2
+    args = train_args(corpus.data, run_dir, *RESUME, f"train.max_updates={end}", "train.save_every_updates=1")
+    assert nmt(*args) == 0
+    return run_dir, epoch
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["mid-epoch", "across an epoch boundary", "at an epoch boundary"],
+)
+def test_an_interrupted_run_resumes_exactly(
+    where: str, uninterrupted: tuple[Path, int], corpus: Corpus, tmp_path: Path
+) -> None:
+    reference_dir, epoch = uninterrupted
+    stop, end = {
+        "mid-epoch": (epoch // 3, 2 * epoch // 3),
+        "across an epoch boundary": (epoch // 2, epoch + epoch // 2),
+        "at an epoch boundary": (epoch, epoch + 2),
+    }[where]
+    run_dir = tmp_path / "run"
+    first = train_args(
+        corpus.data, run_dir, *RESUME, f"train.max_updates={stop}", "train.save_every_updates=0"
+    )
+    assert nmt(*first) == 0
+    _, progress = _state(run_dir / "checkpoints" / "checkpoint_last.pt")
+    assert progress["update"] == stop
+    if where == "at an epoch boundary":
+        assert (progress["epoch"], progress["batch"]) == (2, 0)
+    else:
+        assert (progress["epoch"], progress["batch"]) == (1, stop)
+
+    # The second invocation names only the new stop: everything else comes from the run.
+    resumed = ["-q", "train", "--data", corpus.data, "--out", run_dir, "--device", "cpu", "--threads", "1"]
+    assert nmt(*resumed, "--set", f"train.max_updates={end}") == 0
+
+    got, got_progress = _state(run_dir / "checkpoints" / "checkpoint_last.pt")
+    want, want_progress = _state(reference_dir / "checkpoints" / checkpoint.numbered_name(end))
+    assert got_progress["update"] == want_progress["update"] == end
+    assert (got_progress["epoch"], got_progress["batch"]) == (want_progress["epoch"], want_progress["batch"])
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-6, msg=f"{name} after resuming")
+    # And the run did move: the resumed parameters are not those it stopped with.
+    stopped, _ = _state(reference_dir / "checkpoints" / checkpoint.numbered_name(stop))
+    assert any(not torch.equal(got[name], stopped[name]) for name in got)
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (["model.bogus=1"], "model.bogus"),
+        (["model.dropout=1.5"], "model.dropout"),
+        (["model.d_model=30", "model.heads=4"], "model.d_model"),
+        (["train.max_tokens=abc"], "train.max_tokens"),
+        (["nosection=1"], "nosection=1"),
+    ],
+)
+def test_a_bad_recipe_value_fails_in_one_line(
+    overrides: list[str], named: str, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(corpus.data, run_dir, *overrides, quiet=False)
+    assert nmt(*args) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("nmt: error:") and named in line
+    assert not run_dir.exists()
+
+
+def test_resuming_with_a_different_model_is_refused(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=2")) == 0
+    last = run_dir / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    capsys.readouterr()
+    args = train_args(corpus.data, run_dir, "train.max_updates=4", "model.d_model=64", quiet=False)
+    assert nmt(*args) == 2
+    line = _one_line_error(capsys)
+    assert "model.d_model" in line and "resume" in line
+    assert last.read_bytes() == before
+
+
+def _wait_for_training(metrics: Path, process: subprocess.Popen, timeout: float = 90.0) -> None:
+    """Until the run has logged an update (so its signal handlers are installed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        if metrics.exists() and '"train"' in metrics.read_text(encoding="utf-8"):
+            return
+        time.sleep(0.1)
+    process.kill()
+    pytest.fail("training did not log an update in time")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_training_cleanly(sig: signal.Signals, corpus: Corpus, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "train.max_updates=0",  # no limit: only the signal stops it
+        "train.log_every_updates=5",
+        "train.save_every_updates=0",
+        "train.valid_every_updates=0",
+        quiet=False,
+    )
+    process = subprocess.Popen(
+        nmt_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env()
+    )
+    try:
+        _wait_for_training(run_dir / "metrics.jsonl", process)
+        process.send_signal(sig)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert f"stopped by {sig.name}" in err
+    payload = checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt")
+    assert payload["progress"]["update"] > 0
+    assert "optimizer" in payload and "rng" in payload
+    model = Transformer(checkpoint.model_config(payload, run_dir))
+    model.load_state_dict(payload["model"])

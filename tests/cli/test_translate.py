@@ -1,0 +1,271 @@
+"""`nmt translate` with the tiny copy model: one output line per input line in order (files and
+stdin, empty and blank lines included), streaming through a pipe, truncation of over-long
+lines, n-best lists, beam 1 = greedy, ensembles, and one-line errors for bad paths."""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import WORDS, Corpus, TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env
+
+from nmt_cli import checkpoint
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.data import spm
+from nmt_cli.model import Transformer
+
+BLANK = ["", "   ", "\t", " \t "]
+
+
+def mixed_lines(seed: int = 3) -> list[str]:
+    """Copy-task sentences of every length, shuffled, with empty and whitespace-only lines between."""
+    lines = sentences(40, seed=seed) + BLANK * 3
+    random.Random(seed).shuffle(lines)
+    return ["", *lines, "  "]  # blank lines at both ends too
+
+
+def check_copy(inputs: list[str], outputs: list[str]) -> None:
+    """Output i belongs to input i: blank in, empty out; the copy model reproduces (nearly) every sentence."""
+    assert len(outputs) == len(inputs)
+    for src, hyp in zip(inputs, outputs, strict=True):
+        if not src.strip():
+            assert hyp == ""
+    real = [(s, h) for s, h in zip(inputs, outputs, strict=True) if s.strip()]
+    exact = sum(s == h for s, h in real) / len(real)
+    assert exact >= 0.9, f"only {exact:.0%} of the lines came back as their own copy"
+
+
+def read_exact_lines(path: Path, expected: int) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    assert text.count("\n") == expected and text.endswith("\n")
+    return text[:-1].split("\n")
+
+
+def translate_stdin(
+    args: list[object],
+    text: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    quiet: bool = True,
+) -> tuple[int, str, str]:
+    """Run `nmt translate ARGS` in this process with `text` on stdin; returns (code, stdout, stderr)."""
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+    code = nmt(*(["-q"] if quiet else []), "translate", "--threads", 1, *args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "batching",
+    [[], ["--buffer-size", "3", "--batch-tokens", "8"]],
+    ids=["default buffers", "tiny buffers and batches"],
+)
+def test_file_to_file_keeps_every_line_in_order(
+    trained: TrainedRun, tmp_path: Path, batching: list[str]
+) -> None:
+    lines = mixed_lines()
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    code = nmt(
+        "-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1, *batching
+    )
+    assert code == 0
+    check_copy(lines, read_exact_lines(target, len(lines)))
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_stdin_to_stdout_keeps_every_line_in_order(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = mixed_lines(seed=4)
+    text = "".join(f"{x}\n" for x in lines)
+    code, out, _ = translate_stdin(
+        ["-m", trained.checkpoint, "--buffer-size", "5"], text, capsys, monkeypatch
+    )
+    assert code == 0
+    assert out.count("\n") == len(lines) and out.endswith("\n")
+    check_copy(lines, out[:-1].split("\n"))
+
+
+def test_a_last_line_without_newline_and_crlf_are_translated(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = translate_stdin(
+        ["-m", trained.checkpoint], "apple river\r\n\r\nstone cloud", capsys, monkeypatch
+    )
+    assert code == 0
+    assert out.split("\n") == ["apple river", "", "stone cloud", ""]
+
+
+def test_a_pipe_gets_each_answer_before_eof(trained: TrainedRun, corpus: Corpus) -> None:
+    process = subprocess.Popen(
+        nmt_command("-q", "translate", "-m", trained.checkpoint, "--threads", 1),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+    )
+    answers: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout], daemon=True).start()
+    try:
+        assert process.stdin is not None
+        for sentence in ("apple river stone", "green music"):
+            process.stdin.write(f"{sentence}\n".encode())
+            process.stdin.flush()
+            answer = answers.get(timeout=90)  # stdin stays open: the answer must not wait for EOF
+            assert process.poll() is None
+            assert answer.decode().rstrip("\n") == sentence
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+        assert answers.empty()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_line_longer_than_the_model_is_truncated_with_a_warning(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = checkpoint.load(trained.checkpoint)
+    max_positions = payload["config"]["model"]["max_positions"]
+    long_line = " ".join(WORDS[i % len(WORDS)] for i in range(2 * max_positions))  # one piece per word
+    text = f"apple river\n{long_line}\ngreen music\n"
+    code, out, err = translate_stdin(["-m", trained.checkpoint], text, capsys, monkeypatch, quiet=False)
+    assert code == 0
+    assert "Traceback" not in err
+    assert "truncated" in err and "1 input line" in err
+    outputs = out.split("\n")
+    assert len(outputs) == 4 and outputs[-1] == ""
+    assert outputs[0] == "apple river" and outputs[2] == "green music"
+    assert len(outputs[1].split()) < max_positions  # the model never saw more than its positions
+
+
+def test_nbest_prints_k_hypotheses_per_line_best_first(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = ["apple river stone", "", "green music paper tiger", "summer"]
+    text = "".join(f"{x}\n" for x in lines)
+    code, out, _ = translate_stdin(
+        ["-m", trained.checkpoint, "--beam", "3", "--nbest", "3"], text, capsys, monkeypatch
+    )
+    assert code == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    by_line: dict[int, list[tuple[float, str]]] = {}
+    for number, score, hyp in rows:
+        by_line.setdefault(int(number), []).append((float(score), hyp))
+    assert sorted(by_line) == [0, 1, 2, 3]
+    for number, hyps in by_line.items():
+        if not lines[number]:
+            assert [h for _, h in hyps] == [""]  # an empty line has one empty hypothesis
+            continue
+        assert len(hyps) == 3
+        scores = [s for s, _ in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({h for _, h in hyps}) == 3  # three different hypotheses, not one thrice
+    assert [number for number, _, _ in rows] == sorted(number for number, _, _ in rows)
+
+    # The first of the n-best list is the 1-best output of the same beam.
+    code, best, _ = translate_stdin(["-m", trained.checkpoint, "--beam", "3"], text, capsys, monkeypatch)
+    assert code == 0
+    assert best.splitlines() == [by_line[i][0][1] if lines[i] else "" for i in range(len(lines))]
+
+
+def reference_greedy(
+    payload: dict, lines: list[str], max_len_a: float = 1.0, max_len_b: int = 50
+) -> list[str]:
+    """Greedy decoding by full recompute of the decoder at every step (no cache, no beam, no batch)."""
+    cfg = checkpoint.run_config(payload, Path("fixture")).model
+    model = Transformer(cfg)
+    model.load_state_dict(payload["model"])
+    model.eval()
+    src_spm, tgt_spm = spm.load_processor(payload["spm"]["src"]), spm.load_processor(payload["spm"]["tgt"])
+    outputs = []
+    for line in lines:
+        src_ids = list(src_spm.encode(line)) + [EOS_ID]
+        limit = min(int(max_len_a * (len(src_ids) - 1) + max_len_b + 1), cfg.max_positions)  # EOS included
+        out = [BOS_ID]
+        with torch.inference_mode(), one_thread():
+            src = torch.tensor([src_ids])
+            for _ in range(limit - 1):  # the limit counts the EOS, which is forced at the last step
+                logits = model(src, torch.tensor([out]))[0, -1]  # (V,)
+                logits[[PAD_ID, BOS_ID]] = float("-inf")
+                token = int(logits.argmax())
+                if token == EOS_ID:
+                    break
+                out.append(token)
+        outputs.append(tgt_spm.decode(out[1:]))
+    return outputs
+
+
+def test_beam_one_equals_greedy(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some sentences longer than the training data, so that the model makes mistakes worth comparing.
+    lines = sentences(8, seed=5, min_words=4, max_words=14)
+    text = "".join(f"{x}\n" for x in lines)
+    code, out, _ = translate_stdin(["-m", trained.checkpoint, "--beam", "1"], text, capsys, monkeypatch)
+    assert code == 0
+    assert out.splitlines() == reference_greedy(checkpoint.load(trained.checkpoint), lines)
+
+
+def test_an_ensemble_of_one_checkpoint_twice_decodes_like_the_checkpoint(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = sentences(15, seed=6, min_words=1, max_words=12)
+    text = "".join(f"{x}\n" for x in lines)
+    args = ["--beam", "4", "--nbest", "2"]
+    code, single, _ = translate_stdin([*args, "-m", trained.checkpoint], text, capsys, monkeypatch)
+    assert code == 0
+    code, double, _ = translate_stdin(
+        [*args, "-m", trained.checkpoint, "-m", trained.checkpoint], text, capsys, monkeypatch
+    )
+    assert code == 0
+    assert double == single  # texts and scores
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_an_unwritable_output_fails_in_one_line_and_writes_nothing(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("apple river\n", encoding="utf-8")
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("", encoding="utf-8")
+    targets = [not_a_dir / "out.txt", tmp_path / "missing" / "out.txt"]
+    if os.geteuid() != 0:  # root writes into read-only directories anyway
+        read_only = tmp_path / "read-only"
+        read_only.mkdir(mode=0o555)
+        targets.append(read_only / "out.txt")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for target in targets:
+        capsys.readouterr()
+        code = nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1)
+        assert code in (1, 2), target
+        line = _one_line_error(capsys.readouterr().err)
+        assert line.startswith("nmt: error:") and str(target) in line
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_missing_model_fails_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.pt"
+    code = nmt("translate", "-m", missing, "-o", tmp_path / "out.txt")
+    assert code == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith("nmt: error:") and str(missing) in line
+    assert not (tmp_path / "out.txt").exists()

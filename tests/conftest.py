@@ -1,0 +1,203 @@
+"""Shared fixtures for the command tests: a tiny synthetic copy corpus, prepared once per
+session, and a tiny Transformer trained on it once per session.
+
+The task is to copy short sentences over a 16-word vocabulary. With --vocab-size 100 and no
+byte fallback every word is one sentencepiece piece, so a 1-layer, 32-wide model learns it
+to over 95% exact match in a few seconds on one CPU thread. Nothing here reads ../shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt_cli.cli import main
+
+WORDS = (
+    "apple river stone cloud green music paper tiger silver window orange garden yellow friend summer winter"
+).split()
+
+# A tiny model: every Table-3 size shrunk; max_positions small so that truncation is cheap to test.
+TINY_MODEL = [
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "model.d_k=16",
+    "model.d_v=16",
+    "model.max_positions=64",
+]
+
+# A short, fast schedule for the copy task (valid BLEU off: decoding the valid set costs time).
+FAST_TRAIN = [
+    'train.lr_schedule="inverse_sqrt"',
+    "train.lr=5e-3",
+    "train.warmup=100",
+    "train.max_tokens=512",
+    "train.label_smoothing=0.0",
+    'train.precision="fp32"',
+    "train.save_every_minutes=0",
+    "train.valid_bleu=false",
+]
+
+TRAINED_UPDATES = 1200
+TRAINED_SAVE_EVERY = 300
+
+
+def sentences(n: int, seed: int, min_words: int = 1, max_words: int = 6) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
+
+
+def write_split(prefix: Path, src: Sequence[str], tgt: Sequence[str]) -> None:
+    Path(f"{prefix}.src").write_text("".join(f"{line}\n" for line in src), encoding="utf-8")
+    Path(f"{prefix}.tgt").write_text("".join(f"{line}\n" for line in tgt), encoding="utf-8")
+
+
+def nmt(*args: object) -> int:
+    """Run the CLI in this process and return its exit code. `--threads` changes torch's thread
+    count for the whole process, so it is put back afterwards for the tests that follow."""
+    threads = torch.get_num_threads()
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        torch.set_num_threads(threads)
+    return 0
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for a block. On two cores shared with other jobs, torch's default of
+    one thread per core can run a tiny model a hundred times slower (threads spin on each other)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def nmt_command(*args: object) -> list[str]:
+    """The argv of the CLI as a separate process (for stdin pipes and signals)."""
+    return [sys.executable, "-m", "nmt_cli", *(str(a) for a in args)]
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment of a child `python -m nmt_cli`: it imports this checkout whatever the
+    working directory, on one thread (the tests share two cores)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def sets(*overrides: str) -> list[str]:
+    """`--set a --set b ...` for the given overrides."""
+    return [part for item in overrides for part in ("--set", item)]
+
+
+def train_args(data: Path, out: Path, *overrides: str, quiet: bool = True) -> list[str]:
+    """Arguments of `nmt train` for the tiny model on one CPU thread; later overrides win."""
+    return [
+        *(["-q"] if quiet else []),
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        *sets(*TINY_MODEL, *FAST_TRAIN, *overrides),
+    ]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    raw: Path
+    """Directory of train/valid/test .src/.tgt text files."""
+    data: Path
+    """The prepared (binarized) corpus."""
+    test_src: list[str]
+    test_tgt: list[str]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """The copy task, prepared with `nmt prepare` (joint BPE of 100 pieces, no byte fallback)."""
+    root = tmp_path_factory.mktemp("corpus")
+    raw = root / "raw"
+    raw.mkdir()
+    splits = {
+        "train": sentences(2000, seed=0),
+        "valid": sentences(40, seed=1),
+        "test": sentences(100, seed=2),
+    }
+    for name, lines in splits.items():
+        write_split(raw / name, lines, lines)
+    data = root / "data"
+    code = nmt(
+        "-q",
+        "prepare",
+        "--train",
+        raw / "train",
+        "--valid",
+        raw / "valid",
+        "--test",
+        raw / "test",
+        "--src",
+        "src",
+        "--tgt",
+        "tgt",
+        "--out",
+        data,
+        "--vocab-size",
+        100,
+        "--no-byte-fallback",
+    )
+    assert code == 0
+    return Corpus(raw, data, splits["test"], splits["test"])
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    run_dir: Path
+    checkpoint: Path
+    """checkpoints/checkpoint_last.pt"""
+    updates: int
+    save_every: int
+
+
+@pytest.fixture(scope="session")
+def trained(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """The tiny model trained on the copy task for 1200 updates (about ten seconds), validating and
+    saving every 300 updates, so the run has numbered checkpoints, metrics and a config."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "model.dropout=0.0",
+        f"train.max_updates={TRAINED_UPDATES}",
+        f"train.save_every_updates={TRAINED_SAVE_EVERY}",
+        f"train.valid_every_updates={TRAINED_SAVE_EVERY}",
+        "train.log_every_updates=50",
+        "train.keep_last=10",
+        "decode.beam=4",
+    )
+    assert nmt(*args) == 0
+    return TrainedRun(
+        run_dir, run_dir / "checkpoints" / "checkpoint_last.pt", TRAINED_UPDATES, TRAINED_SAVE_EVERY
+    )
