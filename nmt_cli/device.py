@@ -20,7 +20,13 @@ def resolve_device(name: str) -> torch.device:
     raise InputError(f"--device {name}: unknown device; use auto, cpu or cuda")
 
 
-def set_threads(threads: int) -> None:
+def configure_cpu(threads: int) -> None:
+    """Thread count, and flush-to-zero for denormal floats.
+
+    Adam's second moments and tiny gradients decay into the denormal range, where x86
+    arithmetic is many times slower: without flushing, CPU training ran over 5x slower.
+    """
+    torch.set_flush_denormal(True)
     if threads < 0:
         raise InputError(f"--threads {threads}: must be 0 (torch's default) or a positive count")
     if threads > 0:

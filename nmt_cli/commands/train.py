@@ -14,7 +14,7 @@ import torch
 from nmt_cli import checkpoint
 from nmt_cli.config import RunConfig, dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.data import corpus, spm
-from nmt_cli.device import check_precision, resolve_device, set_threads
+from nmt_cli.device import check_precision, resolve_device, configure_cpu
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.report import Reporter
@@ -39,7 +39,7 @@ def run(
     process group and trains on its share of every update; rank 0 alone speaks and writes."""
     world = distributed.from_env()
     reporter = Reporter(quiet or not world.is_main)
-    set_threads(threads)
+    configure_cpu(threads)
     dev = distributed.local_device(resolve_device(device), world)
     distributed.init(world, dev)
     try:

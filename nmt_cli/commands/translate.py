@@ -25,7 +25,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data import spm
 from nmt_cli.data.text import check_readable, decode_line
-from nmt_cli.device import check_precision, resolve_device, set_threads
+from nmt_cli.device import check_precision, resolve_device, configure_cpu
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
@@ -122,7 +122,7 @@ def run(
     quiet: bool,
 ) -> None:
     reporter = Reporter(quiet)
-    set_threads(threads)
+    configure_cpu(threads)
     dev = resolve_device(device)
     check_precision(precision, dev, ("bf16", "fp32"))
     if nbest < 1 or batch_tokens < 1 or buffer_size < 1:

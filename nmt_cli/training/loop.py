@@ -155,7 +155,9 @@ def train(s: Session, resume: dict | None) -> str:
     """Train until a stop condition; returns why it stopped."""
     cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
     net = distributed.wrap(model, world, s.device)  # what forward and backward go through
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=0.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps, fused=True
+    )  # fused: one kernel for all parameters instead of several per tensor
     scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
     progress = Progress()
     if resume is not None:
