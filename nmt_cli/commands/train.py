@@ -14,7 +14,7 @@ import torch
 from nmt_cli import checkpoint
 from nmt_cli.config import RunConfig, dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.data import corpus, spm
-from nmt_cli.device import check_precision, resolve_device, configure_cpu
+from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.report import Reporter

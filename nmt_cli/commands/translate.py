@@ -25,7 +25,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data import spm
 from nmt_cli.data.text import check_readable, decode_line
-from nmt_cli.device import check_precision, resolve_device, configure_cpu
+from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter

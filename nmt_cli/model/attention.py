@@ -6,10 +6,9 @@ never state hidden in the module.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
-
-import contextlib
 
 import torch
 import torch.nn.functional as F
