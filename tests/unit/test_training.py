@@ -28,6 +28,32 @@ def test_label_smoothing_equals_the_dense_reference():
     torch.testing.assert_close(nll, F.cross_entropy(logits[keep], target[keep], reduction="sum"))
 
 
+@pytest.mark.parametrize("chunk", [1 << 22, 10])  # one chunk, and many chunks of one row
+def test_label_smoothing_gradient_equals_the_dense_reference(monkeypatch, chunk):
+    monkeypatch.setattr("nmt_cli.training.loss.CHUNK_ELEMENTS", chunk)
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7, requires_grad=True)
+    target = torch.tensor([[4, 5, PAD_ID], [6, 1, 2]])
+    loss, _ = label_smoothed_nll(logits, target, 0.1)
+    (2.0 * loss).backward()
+    smoothed = torch.full((2, 3, 7), 0.1 / 6)
+    smoothed.scatter_(-1, target.unsqueeze(-1), 0.9)
+    reference = logits.detach().clone().requires_grad_()
+    dense = -(smoothed * reference.log_softmax(-1)).sum(-1)
+    (2.0 * dense[target != PAD_ID].sum()).backward()
+    torch.testing.assert_close(logits.grad, reference.grad)
+    assert logits.grad[0, 2].abs().max() == 0  # padding gets no gradient
+
+
+def test_label_smoothing_on_bf16_logits_matches_fp32():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 5, 50).bfloat16()
+    target = torch.tensor([[4, 9, 17, 30, 49]])
+    low, _ = label_smoothed_nll(logits, target, 0.1)
+    high, _ = label_smoothed_nll(logits.float(), target, 0.1)
+    torch.testing.assert_close(low, high)
+
+
 def test_label_smoothing_zero_is_cross_entropy():
     logits = torch.randn(1, 4, 9)
     target = torch.tensor([[5, 6, 7, 8]])
