@@ -24,27 +24,10 @@ def trained_model(data: Path, precision: str, minutes: float, fresh: bool = Fals
         return run / "average.pt", json.loads(done.read_text())
     shutil.rmtree(run, ignore_errors=True)
     data_dir = prepared(data)
-    seconds, rss = nmt(
-        "train",
-        "--data",
-        str(data_dir),
-        "--recipe",
-        str(RECIPE),
-        "--out",
-        str(run),
-        "--device",
-        "cpu",
-        "--threads",
-        str(THREADS),
-        "--precision",
-        precision,
-        "--set",
-        f"train.max_minutes={minutes}",
-        "--set",
-        "train.max_updates=0",
-        "--set",
-        "train.valid_bleu=false",
-    )
+    args = ["--data", str(data_dir), "--recipe", str(RECIPE), "--out", str(run), "--device", "cpu"]
+    args += ["--threads", str(THREADS), "--precision", precision]
+    args += ["--set", f"train.max_minutes={minutes}", "--set", "train.max_updates=0"]
+    seconds, rss = nmt("train", *args)
     nmt("average", "--run", str(run), "-o", str(run / "average.pt"))
     updates = max(r["update"] for r in train_records(run))
     facts = {"updates": updates, "train_seconds": round(seconds), "peak_rss_mb": round(rss)}
