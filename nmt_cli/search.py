@@ -2,8 +2,9 @@
 
 Bookkeeping is vectorised over sentences and beams: one `topk` per step, finished
 hypotheses written with tensor indexing, the decoder state reordered by one
-`index_select`, and finished sentences leaving the active batch. An ensemble averages
-the models' log-probabilities. Imports torch, numpy, `config`, the model and data.batching.
+`index_select`, and finished sentences leaving the active batch. A sentence's hypotheses
+share its encoder memory (no copy per beam). An ensemble averages the models'
+log-probabilities. Imports torch, numpy, `config`, the model and data.batching.
 """
 
 from __future__ import annotations
@@ -53,9 +54,7 @@ class Ensemble:
         states = []
         for model in self.models:
             memory, src_mask = model.encode(src)
-            state = model.init_state(memory, src_mask)
-            rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(repeat)
-            states.append(state.index_select(rows) if repeat > 1 else state)
+            states.append(model.init_state(memory, src_mask, beam=repeat))
         return states
 
     def step(self, tokens: Tensor, states: list[DecoderState]) -> tuple[Tensor, list[DecoderState]]:
@@ -96,7 +95,7 @@ def greedy_search(
             if keep.numel() == 0:
                 break
             active, tokens = active[keep], tokens[keep]
-            states = [state.index_select(keep) for state in states]
+            states = [state.reorder(keep, keep) for state in states]
     return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
 
 
@@ -172,7 +171,8 @@ def beam_search(
         if keep.numel() == 0:
             break
         rows = (keep.unsqueeze(1) * k + beams[keep]).flatten()  # state rows of surviving hypotheses
-        states = [state.index_select(rows) for state in states]
+        sentences = keep if keep.numel() < a else None  # memory rows move only when sentences leave
+        states = [state.reorder(rows, sentences) for state in states]
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
     return _best(fin_scores, fin_tokens, nbest)

@@ -77,7 +77,8 @@ class MultiHeadAttention(nn.Module):
 
         mask: boolean, True where attention is allowed, broadcastable to (B, h, T, S).
         cache: self-attention keys/values of earlier steps; the new ones are appended.
-        memory_kv: precomputed cross-attention keys/values (see project_kv).
+        memory_kv: precomputed cross-attention keys/values (see project_kv); it may hold one row
+            per `group` consecutive rows of `x` (the hypotheses of one sentence in beam search).
         prev_scores: RealFormer's raw scores of the previous layer, (B, h, T, S); when given,
             scores are computed explicitly and returned for the next layer.
         Returns (output (B, T, d_model), the updated self-attention cache, the raw scores or None).
@@ -96,6 +97,12 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q_proj(x), self.d_k)
             k, v = memory_kv.k, memory_kv.v
             new_cache = None
+        group = q.shape[0] // k.shape[0]
+        if group > 1:
+            # A sentence's hypotheses become extra query positions over its one memory row.
+            q = _fold(q, group)
+            if prev_scores is not None and prev_scores.dim() == 4:  # the first layer's is a scalar 0
+                prev_scores = _fold(prev_scores, group)
         p = self.dropout if self.training else 0.0
 
         scores = None
@@ -115,6 +122,21 @@ class MultiHeadAttention(nn.Module):
                 weights = scores.masked_fill(~mask, float("-inf"))
             weights = F.dropout(weights.softmax(dim=-1), p=p, training=self.training)
             out = weights @ v
+        if group > 1:
+            out = _unfold(out, group)
+            scores = _unfold(scores, group) if scores is not None else None
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.heads * self.d_v)  # (B, T, h * d_v)
         return self.out_proj(out), new_cache, scores
+
+
+def _fold(x: Tensor, group: int) -> Tensor:
+    """(B*G, h, T, X) -> (B, h, G*T, X): the G rows of a group side by side as query positions."""
+    bg, h, t, last = x.shape
+    return x.view(bg // group, group, h, t, last).transpose(1, 2).reshape(bg // group, h, group * t, last)
+
+
+def _unfold(x: Tensor, group: int) -> Tensor:
+    """The inverse of _fold: (B, h, G*T, X) -> (B*G, h, T, X)."""
+    b, h, gt, last = x.shape
+    return x.view(b, h, group, gt // group, last).transpose(1, 2).reshape(b * group, h, gt // group, last)

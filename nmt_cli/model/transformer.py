@@ -29,14 +29,19 @@ class DecoderState:
     """(B, 1, 1, S), True at real source positions."""
     step: int = 0
     """Number of target tokens already fed."""
+    beam: int = 1
+    """Hypotheses per sentence: rows r*beam .. r*beam+beam-1 of the self-attention cache (and of
+    the tokens fed) belong to row r of memory_kv and src_mask, which are not repeated per beam."""
 
-    def index_select(self, index: Tensor) -> DecoderState:
-        return DecoderState(
-            memory_kv=[kv.index_select(index) for kv in self.memory_kv],
-            self_kv=[kv.index_select(index) if kv is not None else None for kv in self.self_kv],
-            src_mask=self.src_mask.index_select(0, index),
-            step=self.step,
-        )
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> DecoderState:
+        """Keep hypothesis `rows` (indices into the current rows) in that order; `sentences`, when
+        given, are the memory rows that remain (sentences leaving the batch)."""
+        memory_kv, src_mask = self.memory_kv, self.src_mask
+        if sentences is not None:
+            memory_kv = [kv.index_select(sentences) for kv in memory_kv]
+            src_mask = src_mask.index_select(0, sentences)
+        self_kv = [kv.index_select(rows) if kv is not None else None for kv in self.self_kv]
+        return DecoderState(memory_kv, self_kv, src_mask, self.step, self.beam)
 
 
 def window_mask(t_q: int, t_k: int, radius: int, causal: bool, device: torch.device) -> Tensor:
@@ -184,7 +189,7 @@ class Transformer(nn.Module):
                 x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores_pair
             )
             new_kv.append(cache)
-        state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t)
+        state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
         return self.decoder_norm(x), state
 
     def project(self, hidden: Tensor) -> Tensor:
@@ -193,9 +198,10 @@ class Transformer(nn.Module):
             return F.linear(hidden, self.tgt_embed.tokens.weight)
         return self.output_proj(hidden)
 
-    def init_state(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+    def init_state(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderState:
+        """The state before the first target token; decode_step then takes `beam` rows per sentence."""
         memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder]
-        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0)
+        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""

@@ -111,7 +111,7 @@ def test_reordering_the_state_follows_the_rows():
         for i in range(2):
             _, state = model.decode_step(tgt[:, i : i + 1], state)
         order = torch.tensor([2, 0, 0])
-        reordered, _ = model.decode_step(tgt[order, 2:3], state.index_select(order))
+        reordered, _ = model.decode_step(tgt[order, 2:3], state.reorder(order, order))
         direct, _ = model.decode_step(tgt[:, 2:3], state)
     torch.testing.assert_close(reordered, direct[order], rtol=0, atol=1e-6)
 

@@ -10,9 +10,10 @@ from nmt_cli.model import Transformer
 from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
 
 
-def tiny(vocab: int, seed: int = 0) -> Transformer:
+def tiny(vocab: int, seed: int = 0, **variant) -> Transformer:
     torch.manual_seed(seed)
     cfg = ModelConfig(
+        **variant,
         encoder_layers=2,
         decoder_layers=2,
         d_model=32,
@@ -86,8 +87,8 @@ class FullState:
     def __init__(self, src: torch.Tensor, prefix: torch.Tensor):
         self.src, self.prefix = src, prefix
 
-    def index_select(self, index: torch.Tensor) -> "FullState":
-        return FullState(self.src.index_select(0, index), self.prefix.index_select(0, index))
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> "FullState":
+        return FullState(self.src.index_select(0, rows), self.prefix.index_select(0, rows))
 
 
 class Recompute(Ensemble):
@@ -104,8 +105,9 @@ class Recompute(Ensemble):
         return log_probs, [FullState(state.src, prefix)]
 
 
-def test_incremental_and_full_recompute_decoding_agree():
-    model = tiny(30)
+@pytest.mark.parametrize("variant", [{}, {"residual_attention": True, "attention_window": 2}])
+def test_incremental_and_full_recompute_decoding_agree(variant):
+    model = tiny(30, **variant)
     src = sources(30)
     with torch.inference_mode():
         fast = beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 1.0, 6, nbest=4)
