@@ -77,9 +77,15 @@ def run(
         meta = _prepare(staging, inputs, lines, src, tgt, options, workers, reporter)
         meta["fingerprint"] = fingerprint
         corpus.publish(staging, out, meta)
-    except BaseException:  # Ctrl-C included: a failed run leaves nothing behind
+    except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
         corpus.discard_staging(staging)
         corpus.remove_created(out, created)
+        if isinstance(err, OSError):  # say where and what to do, not just "No space left on device"
+            where = f" ({err.filename})" if err.filename else ""
+            raise RunFailure(
+                f"--out {out}: cannot write the prepared corpus: {err.strerror or err}{where}; nothing "
+                "was kept; free some disk space or choose another --out, then run again"
+            ) from None
         raise
     reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
     _summary(reporter, meta)
