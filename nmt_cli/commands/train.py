@@ -75,7 +75,13 @@ def open_session(
     distributed.check_same(update, "the update to resume from", world)
 
     if world.is_main:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        try:
+            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(
+                f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a "
+                "writable --out"
+            ) from None
         _write_atomic(out / "config.toml", dump_toml(cfg))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
