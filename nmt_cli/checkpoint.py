@@ -21,6 +21,7 @@ from nmt_cli.errors import InputError, RunFailure
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # save()'s and the training loop's
 
 
 def numbered_name(update: int) -> str:
@@ -44,6 +45,27 @@ def save(payload: dict, path: Path) -> None:
             f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
             "choose another run directory"
         ) from None
+
+
+def remove_stale_temporaries(checkpoint_dir: Path) -> None:
+    """Delete the temporary files (`.NAME.tmp-PID`, `.NAME.link-PID`) that a killed process left
+    half-written; those of a process still alive are its own business."""
+    if not checkpoint_dir.is_dir():
+        return
+    for entry in checkpoint_dir.iterdir():
+        match = TEMPORARY.match(entry.name)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            entry.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(directory: Path) -> None:

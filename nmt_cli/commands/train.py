@@ -82,6 +82,7 @@ def open_session(
                 f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a "
                 "writable --out"
             ) from None
+        checkpoint.remove_stale_temporaries(out / "checkpoints")
         _write_atomic(out / "config.toml", dump_toml(cfg))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
