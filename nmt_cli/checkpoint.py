@@ -21,6 +21,7 @@ from nmt_cli.errors import InputError, RunFailure
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+NOT_OURS = "; give a .pt file written by `nmt train` or `nmt average`"
 TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # save()'s and the training loop's
 
 
@@ -87,12 +88,15 @@ def load(path: Path) -> dict:
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(
-            f"checkpoint {path}: not a readable nmt checkpoint (truncated or corrupted?): {first[:200]}"
+            f"checkpoint {path}: not a readable nmt checkpoint (truncated or corrupted?): {first[:200]}; "
+            "use another one, e.g. an earlier checkpoint_N.pt of the run"
         ) from None
     except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
-        raise InputError(f"checkpoint {path}: not an nmt checkpoint ({type(err).__name__})") from None
+        raise InputError(
+            f"checkpoint {path}: not an nmt checkpoint ({type(err).__name__}){NOT_OURS}"
+        ) from None
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
-        raise InputError(f"checkpoint {path}: not an nmt checkpoint (no model and config inside)")
+        raise InputError(f"checkpoint {path}: not an nmt checkpoint (no model and config inside){NOT_OURS}")
     if payload.get("format") != FORMAT_VERSION:
         raise InputError(
             f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
