@@ -1,0 +1,179 @@
+"""`nmt train` killed with SIGKILL at random moments, several times in a row, including while a
+checkpoint is being written: after each kill every checkpoint on disk loads, the run resumes, and
+the update it resumes from is never more than one checkpoint interval behind the update the killed
+process had reached, nor behind where the previous round resumed. SIGINT and SIGTERM (a clean stop
+with a checkpoint) are tested in tests/cli/test_train.py.
+
+The child process is `nmt train` with fsync slowed down (a slow disk): a save then takes long
+enough that a kill can be aimed at its two dangerous moments, while the temporary file is being
+written and between its rename and the update of checkpoint_last.pt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Corpus, nmt, subprocess_env, train_args
+
+from nmt_cli import checkpoint
+from nmt_cli.model import Transformer
+
+SAVE_EVERY = 5
+FSYNC_DELAY = 0.1  # seconds per fsync: a save (file + directory) takes about 0.2 s
+ROUNDS = ("at random", "while writing a checkpoint", "between rename and checkpoint_last", "at random")
+SETTINGS = [
+    "train.max_updates=0",  # no limit: only the kill stops it
+    f"train.save_every_updates={SAVE_EVERY}",
+    "train.valid_every_updates=0",
+    "train.log_every_updates=1",  # metrics.jsonl shows every update reached
+    "train.keep_last=3",  # pruning runs under the kills too
+]
+
+CHILD = """
+import os, sys, time
+fsync = os.fsync
+def slow_fsync(fd):
+    time.sleep(float(os.environ["NMT_TEST_FSYNC_DELAY"]))
+    return fsync(fd)
+os.fsync = slow_fsync
+from nmt_cli.cli import main
+main(sys.argv[1:])
+"""
+
+
+def reached(metrics: Path) -> int:
+    """The highest update the run logged (a line cut short by the kill is ignored)."""
+    best = 0
+    if metrics.exists():
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("type") == "train":
+                best = max(best, int(record["update"]))
+    return best
+
+
+def train_records(metrics: Path) -> int:
+    if not metrics.exists():
+        return 0
+    return metrics.read_text(encoding="utf-8").count('"type": "train"')
+
+
+def check_every_checkpoint_loads(ckpts: Path) -> int:
+    """Load every checkpoint into a model; return the update checkpoint_last.pt resumes from."""
+    names = [p for p in ckpts.iterdir() if not p.name.startswith(".")]
+    assert names, "no checkpoint on disk"
+    for path in names:
+        payload = checkpoint.load(path)  # raises on a truncated or corrupted file
+        model = Transformer(checkpoint.model_config(payload, path))
+        model.load_state_dict(payload["model"])
+        if path.name != "checkpoint_last.pt":
+            assert checkpoint.numbered_name(payload["progress"]["update"]) == path.name
+    last = ckpts / "checkpoint_last.pt"
+    return checkpoint.load(last)["progress"]["update"] if last.exists() else 0
+
+
+def inodes(ckpts: Path) -> set[tuple[int, int]]:
+    """(update, inode) of the numbered checkpoints now on disk."""
+    found = set()
+    for update, path in checkpoint.numbered(ckpts):
+        try:
+            found.add((update, os.stat(path).st_ino))
+        except FileNotFoundError:  # pruned while we looked
+            pass
+    return found
+
+
+def in_the_middle_of_a_save(ckpts: Path, pid: int, moment: str, seen: set[tuple[int, int]]) -> bool:
+    """Whether process `pid` is at `moment` of a save. `seen`: the numbered checkpoints on disk when
+    it started training (one that a killed process renamed into place earlier does not count)."""
+    try:
+        if moment == "while writing a checkpoint":
+            return any(p.name.endswith(f".tmp-{pid}") for p in ckpts.iterdir())
+        new = sorted(inodes(ckpts) - seen)
+        last = ckpts / "checkpoint_last.pt"
+        return bool(new) and (not last.exists() or new[-1][1] != os.stat(last).st_ino)
+    except FileNotFoundError:  # a file went while we looked (rename, prune)
+        return False
+
+
+def kill_during(process: subprocess.Popen, run_dir: Path, moment: str, rng: random.Random) -> None:
+    """Wait until the process trains (it logged a new update), then SIGKILL it at `moment`."""
+    metrics, ckpts = run_dir / "metrics.jsonl", run_dir / "checkpoints"
+    before = train_records(metrics)
+    deadline = time.monotonic() + 60
+    while train_records(metrics) <= before:
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.02)
+    seen = inodes(ckpts)
+    if moment == "at random":
+        time.sleep(rng.uniform(0.05, 1.5))
+    else:
+        while not in_the_middle_of_a_save(ckpts, process.pid, moment, seen):
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, f"no save seen {moment}"
+            time.sleep(0.002)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def test_sigkill_at_random_moments_never_loses_more_than_one_interval(corpus: Corpus, tmp_path: Path) -> None:
+    rng = random.Random(1234)
+    run_dir = tmp_path / "run"
+    ckpts = run_dir / "checkpoints"
+    args = train_args(corpus.data, run_dir, *SETTINGS)
+    env = {**subprocess_env(), "NMT_TEST_FSYNC_DELAY": str(FSYNC_DELAY)}
+    resumed_from, left_behind = 0, []
+    for moment in ROUNDS:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *map(str, args)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            kill_during(process, run_dir, moment, rng)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert process.returncode == -signal.SIGKILL
+        reached_update = reached(run_dir / "metrics.jsonl")
+        resume = check_every_checkpoint_loads(ckpts)
+        assert reached_update - resume <= SAVE_EVERY, (
+            f"killed {moment}: reached {reached_update}, resumes {resume}"
+        )
+        assert resume >= resumed_from, f"killed {moment}: resumes from {resume} after {resumed_from}"
+        resumed_from = resume
+        left_behind += [p.name for p in ckpts.iterdir() if p.name.startswith(".")]
+
+    # The last resume runs to completion and cleans up what the killed processes left half-written.
+    assert any(".tmp-" in name for name in left_behind), "no kill landed while a checkpoint was written"
+    target = resumed_from + 2 * SAVE_EVERY
+    assert nmt(*args, "--set", f"train.max_updates={target}") == 0
+    assert check_every_checkpoint_loads(ckpts) == target
+    assert [p.name for p in ckpts.iterdir() if p.name.startswith(".")] == []
+    assert len(checkpoint.numbered(ckpts)) <= 3
+
+
+@pytest.mark.parametrize("pid_alive", [False, True], ids=["dead writer", "live writer"])
+def test_stale_temporaries_of_dead_processes_are_removed(pid_alive: bool, tmp_path: Path) -> None:
+    pid = os.getppid() if pid_alive else 2**22 + 17  # above the default pid_max: never a live process
+    names = [f".checkpoint_10.pt.tmp-{pid}", f".checkpoint_last.pt.link-{pid}"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"half")
+    (tmp_path / "checkpoint_5.pt").write_bytes(b"kept")
+    checkpoint.remove_stale_temporaries(tmp_path)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["checkpoint_5.pt", *(names if pid_alive else [])])

@@ -1,0 +1,121 @@
+"""Numerical faults in training: a NaN or inf loss, or a NaN gradient behind a finite loss, is
+skipped (no optimizer step), logged to metrics.jsonl and warned about, and the run goes on; a run
+that keeps producing them stops after `loop.MAX_BAD_UPDATES` in a row with one clear line and exit
+1, keeping its last good checkpoint. Faults are injected by wrapping the loss the loop calls."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import Corpus, nmt, train_args
+
+from nmt_cli import checkpoint
+from nmt_cli.report import MetricsLog
+from nmt_cli.training import loop
+
+NAN, INF = float("nan"), float("inf")
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int], str | None]) -> None:
+    """Make the n-th loss computation (one per update here: update_freq 1) faulty when
+    `fault(n)` names a fault: "nan loss", "inf loss" or "nan gradient"."""
+    real = loop.label_smoothed_nll
+    calls = itertools.count(1)
+
+    def faulty(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
+        kind = fault(next(calls))
+        if kind == "nan gradient":  # the loss stays finite; the gradient reaching the model is NaN
+            logits.register_hook(lambda grad: torch.full_like(grad, NAN))
+        loss, nll = real(logits, target, epsilon)
+        if kind in ("nan loss", "inf loss"):
+            bad = NAN if kind == "nan loss" else INF
+            loss, nll = loss * bad, nll * bad
+        return loss, nll
+
+    monkeypatch.setattr(loop, "label_smoothed_nll", faulty)
+
+
+def all_finite(path: Path) -> bool:
+    model = checkpoint.load(path)["model"]
+    return all(bool(torch.isfinite(t).all()) for t in model.values() if t.is_floating_point())
+
+
+def test_faulty_updates_are_skipped_and_logged(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    faults = {3: "nan loss", 6: "inf loss", 9: "nan gradient"}
+    inject(monkeypatch, faults.get)
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "train.max_updates=10",
+        "train.save_every_updates=5",
+        "train.valid_every_updates=0",
+        "train.log_every_updates=1",
+        quiet=False,
+    )
+    capsys.readouterr()
+    assert nmt(*args) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("non-finite loss or gradient, skipped") == 3
+    records = MetricsLog(run_dir / "metrics.jsonl").read()
+    skips = [r for r in records if r["type"] == "skip"]
+    # Calls 3, 6 and 9 are the attempts at updates 3, 5 and 7: the update count does not move on a skip.
+    assert [r["update"] for r in skips] == [2, 4, 6]
+    assert math.isnan(skips[0]["loss"]) and math.isinf(skips[1]["loss"])
+    assert math.isfinite(skips[2]["loss"]) and not math.isfinite(skips[2]["grad_norm"])
+    trained = [r for r in records if r["type"] == "train"]
+    assert [r["update"] for r in trained] == list(range(1, 11))
+    assert all(math.isfinite(r["loss"]) for r in trained)
+    last = run_dir / "checkpoints" / "checkpoint_last.pt"
+    assert checkpoint.load(last)["progress"]["update"] == 10
+    assert all_finite(last)
+
+
+def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = 4
+    inject(monkeypatch, lambda n: "nan loss" if n > good else None)
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "train.max_updates=100",
+        "train.save_every_updates=2",
+        "train.valid_every_updates=0",
+        "train.log_every_updates=1",
+    )
+    ckpts = run_dir / "checkpoints"
+    capsys.readouterr()
+    assert nmt(*args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmt: error: training diverged"), err
+    assert f"{loop.MAX_BAD_UPDATES} updates in a row" in lines[0] and str(ckpts) in lines[0]
+
+    records = MetricsLog(run_dir / "metrics.jsonl").read()
+    assert len([r for r in records if r["type"] == "skip"]) == loop.MAX_BAD_UPDATES
+    assert max(r["update"] for r in records if r["type"] == "train") == good
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "checkpoint_2.pt",
+        "checkpoint_4.pt",
+        "checkpoint_last.pt",
+    ]
+    last = ckpts / "checkpoint_last.pt"
+    assert checkpoint.load(last)["progress"]["update"] == good
+    assert all_finite(last)
+    assert (ckpts / "checkpoint_4.pt").read_bytes() == last.read_bytes()
+
+    # With the fault gone, the run resumes from its last good checkpoint.
+    monkeypatch.undo()
+    assert nmt(*args, "--set", "train.max_updates=6") == 0  # the later --set wins
+    assert checkpoint.load(last)["progress"]["update"] == 6 and all_finite(last)
