@@ -246,6 +246,56 @@ def translate(
 
 
 @app.command(
+    epilog="Examples: nmt attend -m avg.pt -i sentences.en --out-dir attention/\n\n"
+    "echo 'A dog runs.' | nmt attend -m avg.pt --out-dir attention/ --layer 1 --head 2 --format svg"
+)
+def attend(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
+    out_dir: Annotated[Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).")],
+    input_: Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")] = None,
+    layer: Annotated[int | None, typer.Option(help="Decoder layer, 1..N (default: the last).")] = None,
+    head: Annotated[int | None, typer.Option(help="Head, 1..h (default: the mean over heads).")] = None,
+    format_: Annotated[str, typer.Option("--format", help="png or svg.")] = "png",
+    beam: Annotated[
+        int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")
+    ] = None,
+    lenpen: Annotated[float | None, typer.Option(help="Length penalty alpha.")] = None,
+    lenpen_style: Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")] = None,
+    max_len_a: Annotated[
+        float | None, typer.Option(help="Max output length = a * source length + b.")
+    ] = None,
+    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
+    batch_tokens: Annotated[int, typer.Option(help="Source tokens per batch.")] = 4096,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int, typer.Option(help="CPU threads (0: torch's default).")] = 0,
+) -> None:
+    """Translate, and draw the encoder-decoder attention of each translation (needs matplotlib).
+
+    Translates as `nmt translate` does (stdout), then one teacher-forced pass per sentence gives
+    a picture of target pieces (rows) by source pieces (columns); the search is untouched.
+    """
+    from nmt_cli.commands import attend as command
+
+    command.run(
+        model=model,
+        input_path=input_,
+        out_dir=out_dir,
+        layer=layer,
+        head=head,
+        fmt=format_,
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_tokens=batch_tokens,
+        device=device,
+        threads=threads,
+        quiet=Globals.quiet,
+    )
+
+
+@app.command(
     epilog="Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
     "--metrics bleu,chrf\n\n"
     "nmt score --hyp test.hyp --ref test.de --compound-split   (the paper's En-De BLEU)\n\n"
@@ -292,6 +342,32 @@ def score(
     command.run(
         refs=ref, hyp=hyp, metrics=metrics, tokenize=tokenize, as_json=json_, compound_split=compound_split
     )
+
+
+@app.command(
+    epilog="Examples: nmt plot runs/m30k -o curves.png\n\n"
+    "nmt plot runs/base runs/big -o compare.svg --x-axis wall\n\n"
+    "nmt plot runs/m30k --terminal   (no matplotlib needed)"
+)
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl files).")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Picture, .png or .svg (default: curves.png unless --terminal)."),
+    ] = None,
+    terminal: Annotated[
+        bool, typer.Option("--terminal", help="Draw the loss curve and a summary in the terminal.")
+    ] = False,
+    x_axis: Annotated[str, typer.Option(help="Horizontal axis: update or wall (training time).")] = "update",
+) -> None:
+    """Training curves from metrics.jsonl: loss, valid BLEU, learning rate, tokens/s.
+
+    Several runs are overlaid, one colour each. A run still training can be plotted at any
+    time. Pictures need matplotlib (pip install 'nmt-cli[plot]'); --terminal does not.
+    """
+    from nmt_cli.commands import plot as command
+
+    command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ and `config`. The model returns logits or log-probabilities, never a loss.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -115,6 +116,35 @@ class DecoderLayer(nn.Module):
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
         return x, cache, (self_scores, cross_scores) if scores is not None else None
 
+    def cross_attention_weights(
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        is_causal: bool,
+        memory_kv: KVCache,
+        src_mask: Tensor,
+        scores: tuple[Tensor, Tensor] | None,
+    ) -> Tensor:
+        """The probabilities this layer's encoder-decoder attention puts on each source position,
+        (B, h, T, S): softmax(Q K^T / sqrt(d_k)) of Eq. 1 (§3.2.1), padded positions masked.
+
+        Computed explicitly because SDPA does not return them; for inspection only, so forward()
+        and decode_step() never pay for it. Takes the same inputs as forward() without a cache.
+        """
+        self_scores, cross_scores = scores if scores is not None else (None, None)
+        out, _, _ = self.self_attn(
+            self.self_res.before(x), self_mask, is_causal=is_causal, prev_scores=self_scores
+        )
+        x = self.self_res.after(x, out)
+        attn = self.cross_attn
+        b, t, _ = x.shape
+        q = attn.q_proj(self.cross_res.before(x))  # (B, T, h * d_k)
+        q = q.view(b, t, attn.heads, attn.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        logits = q @ memory_kv.k.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, T, S)
+        if cross_scores is not None and cross_scores.dim() == 4:
+            logits = logits + cross_scores  # RealFormer: the previous layer's raw scores carry over
+        return logits.masked_fill(~src_mask, float("-inf")).softmax(dim=-1)
+
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. Source ids end in EOS; target input starts with BOS."""
@@ -208,6 +238,30 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         hidden, _ = self._decode(tgt_in, self.init_state(memory, src_mask))
         return self.project(hidden)
+
+    def cross_attention(self, src: Tensor, tgt_in: Tensor, layer: int = -1) -> Tensor:
+        """Encoder-decoder attention of decoder `layer` (0-based, negative from the top) in a
+        teacher-forced pass: src (B, S), tgt_in (B, T) -> probabilities (B, h, T, S).
+
+        Row t is the attention while predicting the token after tgt_in[:, t]; it sums to 1 over
+        the real source positions (padding gets 0). A separate pass over the model, so that
+        translation itself never computes attention probabilities.
+        """
+        index = range(len(self.decoder))[layer]  # IndexError for a layer the model does not have
+        memory, src_mask = self.encode(src)
+        memory_kv = [block.cross_attn.project_kv(memory) for block in self.decoder[: index + 1]]
+        t = tgt_in.shape[1]
+        x = self.tgt_embed(tgt_in)
+        # The masks of _decode for a whole target sequence at once.
+        is_causal = self.cfg.attention_window == 0 and not self.cfg.residual_attention
+        self_mask = None if is_causal else window_mask(t, t, self.cfg.attention_window, True, tgt_in.device)
+        scores = self._residual_scores(x)
+        scores_pair = (scores, scores) if scores is not None else None
+        for block, kv in zip(self.decoder[:index], memory_kv, strict=False):
+            x, _, scores_pair = block(x, self_mask, is_causal, None, kv, src_mask, scores_pair)
+        return self.decoder[index].cross_attention_weights(
+            x, self_mask, is_causal, memory_kv[index], src_mask, scores_pair
+        )
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed the newest target tokens (B, 1) -> log-probabilities (B, V) of the next, and the new state."""

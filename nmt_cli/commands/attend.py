@@ -1,0 +1,161 @@
+"""`nmt attend`: translate, and draw each translation's encoder-decoder attention.
+
+Translation is `nmt translate`'s beam search, untouched: the search never computes attention
+probabilities, so it costs what it always costs. Afterwards one teacher-forced pass of the model
+over (source, best hypothesis) gives the cross-attention of one decoder layer
+(Transformer.cross_attention), and each input sentence gets a picture: target pieces (rows) by
+source pieces (columns), the mean over heads or one head. Translations go to stdout, one line
+per input line, as `nmt translate` writes them.
+
+Imports torch, numpy, the model, search, data, `commands.translate` (the loader) and
+`commands.plot` (figures; matplotlib only inside functions).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from nmt_cli.commands.plot import new_figure, require_matplotlib, save_figure
+from nmt_cli.commands.translate import Translator, load_translator
+from nmt_cli.config import BOS_ID, EOS_ID, ModelConfig
+from nmt_cli.data.text import check_readable, read_lines
+from nmt_cli.device import configure_cpu, resolve_device
+from nmt_cli.errors import InputError
+from nmt_cli.model import Transformer
+from nmt_cli.report import Reporter
+from nmt_cli.search import Hypothesis, translate_sentences
+from nmt_cli.training.precision import autocast
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+CELL = 0.28  # inches per piece: tick labels stay readable at 100 dpi
+FORMATS = ("png", "svg")
+
+
+def check_choice(cfg: ModelConfig, layer: int | None, head: int | None) -> tuple[int, int | None]:
+    """1-based --layer/--head as 0-based indices; the last layer and the mean (None) by default."""
+    if layer is not None and not 1 <= layer <= cfg.decoder_layers:
+        raise InputError(f"--layer {layer}: the model's decoder has layers 1..{cfg.decoder_layers}")
+    if head is not None and not 1 <= head <= cfg.heads:
+        raise InputError(f"--head {head}: the model has heads 1..{cfg.heads}")
+    return (layer or cfg.decoder_layers) - 1, None if head is None else head - 1
+
+
+def attention_map(
+    model: Transformer, source: list[int], hypothesis: list[int], layer: int, head: int | None
+) -> np.ndarray:
+    """(T, S) attention of the target pieces and EOS over the source pieces and EOS."""
+    device = next(model.parameters()).device
+    src = torch.tensor([[*source, EOS_ID]], device=device)  # (1, S)
+    tgt_in = torch.tensor([[BOS_ID, *hypothesis]], device=device)  # (1, T): row t predicts token t
+    with torch.inference_mode():
+        weights = model.cross_attention(src, tgt_in, layer)[0].float()  # (h, T, S)
+    chosen = weights.mean(dim=0) if head is None else weights[head]
+    return chosen.cpu().numpy()
+
+
+def attention_figure(weights: np.ndarray, src_pieces: list[str], tgt_pieces: list[str], title: str) -> Figure:
+    """A heat map with the pieces as tick labels, sized so that each piece gets one cell."""
+    t, s = weights.shape
+    figure = new_figure(min(2.5 + CELL * s, 40.0), min(1.8 + CELL * t, 40.0))
+    ax = figure.add_subplot()
+    image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.set_xticks(range(s), labels=src_pieces, rotation=90, fontsize=8)
+    ax.set_yticks(range(t), labels=tgt_pieces, fontsize=8)
+    ax.set_xlabel("source pieces")
+    ax.set_ylabel("target pieces (best hypothesis)")
+    ax.set_title(title, fontsize=9)
+    figure.colorbar(image, ax=ax, shrink=0.8, label="attention")
+    return figure
+
+
+def _source_ids(translator: Translator, line: str) -> list[int]:
+    """The source pieces exactly as Translator.translate encodes them (truncated alike)."""
+    pieces = translator.src_spm.encode(line.strip()) if line.strip() else []
+    return list(pieces[: translator.max_source])
+
+
+def run(
+    model: Path,
+    input_path: Path | None,
+    out_dir: Path,
+    layer: int | None,
+    head: int | None,
+    fmt: str,
+    beam: int | None,
+    lenpen: float | None,
+    lenpen_style: str | None,
+    max_len_a: float | None,
+    max_len_b: int | None,
+    batch_tokens: int,
+    device: str,
+    threads: int,
+    quiet: bool,
+) -> None:
+    reporter = Reporter(quiet)
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: expected png or svg")
+    require_matplotlib()
+    if batch_tokens < 1:
+        raise InputError("--batch-tokens must be at least 1")
+    if input_path is not None:
+        check_readable(input_path, f"--input {input_path}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out-dir {out_dir}: is a file, expected a directory")
+    configure_cpu(threads)
+    dev = resolve_device(device)
+    translator = load_translator(
+        [model],
+        dev,
+        "fp32",
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )
+    net = translator.ensemble.models[0]
+    layer_index, head_index = check_choice(net.cfg, layer, head)
+    source = input_path if input_path is not None else sys.stdin.buffer
+    lines = read_lines(source, str(input_path or "stdin"), errors="replace")
+    sources = [_source_ids(translator, line.replace("\x00", " ")) for line in lines]
+    todo = [i for i, ids in enumerate(sources) if ids]
+    with autocast(dev, "fp32"):
+        found = translate_sentences(
+            translator.ensemble,
+            [np.asarray(sources[i], dtype=np.int64) for i in todo],
+            translator.decode,
+            batch_tokens,
+            dev,
+        )
+    best: dict[int, Hypothesis] = {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}
+    for i in range(len(lines)):
+        print(translator.tgt_spm.decode(best[i].tokens) if i in best else "")
+    sys.stdout.flush()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"--out-dir {out_dir}: cannot create ({err.strerror or err})") from None
+    what = f"layer {layer_index + 1} of {net.cfg.decoder_layers}, " + (
+        f"mean of {net.cfg.heads} heads" if head_index is None else f"head {head_index + 1}"
+    )
+    digits = max(4, len(str(len(lines))))
+    for i in reporter.progress(sorted(best), desc="pictures", unit="sentence"):
+        weights = attention_map(net, sources[i], best[i].tokens, layer_index, head_index)
+        figure = attention_figure(
+            weights,
+            [translator.src_spm.id_to_piece(p) for p in sources[i]] + ["</s>"],
+            [translator.tgt_spm.id_to_piece(p) for p in best[i].tokens] + ["</s>"],
+            f"line {i + 1}, {what}",
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # glyphs the font lacks (CJK, emoji)
+            save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{fmt}")
+    reporter.info(f"wrote {len(best)} picture{'s' * (len(best) != 1)} ({what}) to {out_dir}")

@@ -1,0 +1,316 @@
+"""`nmt plot`: training curves from the metrics.jsonl of one or more runs.
+
+A picture (PNG or SVG, by the file extension) of four panels against updates or wall time:
+train and valid loss, valid BLEU, learning rate and tokens/s, the runs overlaid in one colour
+each. `--terminal` draws the loss curve as text instead (rich; no matplotlib needed), for a
+remote shell. A run that is still training can be plotted at any time: its last line may be
+cut short (skipped), and a resumed run's repeated updates keep their latest records.
+
+matplotlib is an optional extra (`pip install 'nmt-cli[plot]'`); pictures use its Agg
+canvas directly, never pyplot's global state. Imports numpy, rich, `report` and `errors`;
+matplotlib only inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nmt_cli.errors import InputError
+from nmt_cli.report import MetricsLog, Reporter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+EXTRA = "pip install 'nmt-cli[plot]'"
+FORMATS = (".png", ".svg")
+DPI = 100
+CURVES_SIZE = (11.0, 7.5)  # inches: 1100 x 750 pixels at DPI
+X_AXES = ("update", "wall")
+COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
+TRAIN_MARKS, VALID_MARKS = "•+x*", "◆#X@"
+
+
+def require_matplotlib() -> None:
+    """Fail with one line naming the extra when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(f"pictures need matplotlib, an optional extra: {EXTRA}") from None
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A figure on the Agg canvas (no pyplot, no display), laid out by matplotlib's constrained layout."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def check_picture_path(path: Path) -> str:
+    """The format of a picture file from its extension: 'png' or 'svg'."""
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"{path}: cannot tell the picture format; end the name in .png or .svg")
+    return path.suffix.lower()[1:]
+
+
+def save_figure(figure: Figure, path: Path) -> None:
+    """Write atomically (temp file + rename) in the format of the extension."""
+    fmt = check_picture_path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        figure.savefig(tmp, format=fmt)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class Run:
+    label: str
+    train: list[dict]
+    valid: list[dict]
+
+
+def read_run(path: Path) -> Run:
+    """The train and valid records of a run directory (or of a metrics.jsonl file itself)."""
+    metrics = path / "metrics.jsonl" if path.is_dir() else path
+    if not path.exists():
+        raise InputError(f"{path}: no such run directory")
+    if not metrics.is_file():
+        raise InputError(f"{path}: no metrics.jsonl here; expected the --out directory of `nmt train`")
+    records = [r for r in MetricsLog(metrics).read() if isinstance(r, dict)]
+    label = (path if path.is_dir() else path.parent).resolve().name or str(path)
+    return Run(label, _latest(records, "train"), _latest(records, "valid"))
+
+
+def _latest(records: list[dict], kind: str) -> list[dict]:
+    """Records of one type in update order. A resumed run logs again the updates after its
+    last checkpoint: a record supersedes the earlier ones at the same or later updates."""
+    kept: list[dict] = []
+    for record in records:
+        if record.get("type") != kind or not isinstance(record.get("update"), int | float):
+            continue
+        while kept and kept[-1]["update"] >= record["update"]:
+            kept.pop()
+        kept.append(record)
+    return kept
+
+
+@dataclass(frozen=True)
+class XAxis:
+    """What the horizontal axis shows: a record field, scaled to the unit of its label."""
+
+    key: str
+    divisor: float
+    label: str
+    unit: str = ""
+
+
+UPDATES = XAxis("update", 1.0, "update")
+
+
+def x_axis_for(name: str, runs: list[Run]) -> XAxis:
+    """Updates, or training wall time in minutes (runs under two hours) or hours."""
+    if name == "update":
+        return UPDATES
+    walls = [r["wall_s"] for run in runs for r in run.train + run.valid if _finite(r.get("wall_s"))]
+    if max(walls, default=0) < 7200:
+        return XAxis("wall_s", 60.0, "wall time (minutes of training)", " min")
+    return XAxis("wall_s", 3600.0, "wall time (hours of training)", " h")
+
+
+def series(records: list[dict], key: str, x_axis: XAxis = UPDATES) -> tuple[list[float], list[float]]:
+    """(x, y) of the records that hold a finite `key`."""
+    xs, ys = [], []
+    for record in records:
+        x, y = record.get(x_axis.key), record.get(key)
+        if _finite(x) and _finite(y):
+            xs.append(float(x) / x_axis.divisor)
+            ys.append(float(y))
+    return xs, ys
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def curves_figure(runs: list[Run], x_axis: XAxis) -> Figure:
+    """Four panels: loss (train solid, valid dashed), valid BLEU, learning rate, tokens/s."""
+    figure = new_figure(*CURVES_SIZE)
+    loss_ax, bleu_ax, lr_ax, speed_ax = figure.subplots(2, 2, sharex=True).flat
+    any_bleu = False
+    for i, run in enumerate(runs):
+        colour = f"C{i % 10}"
+        loss_ax.plot(*series(run.train, "loss", x_axis), color=colour, lw=1.2, label=run.label)
+        loss_ax.plot(*series(run.valid, "loss", x_axis), color=colour, ls="--", marker="o", ms=3)
+        bleu = series(run.valid, "bleu", x_axis)
+        any_bleu |= bool(bleu[0])
+        bleu_ax.plot(*bleu, color=colour, marker="o", ms=3, label=run.label)
+        lr_ax.plot(*series(run.train, "lr", x_axis), color=colour, lw=1.2, label=run.label)
+        speed_ax.plot(*series(run.train, "tokens_per_s", x_axis), color=colour, lw=1.2, label=run.label)
+    loss_ax.set_title("loss: train (solid), valid (dashed)")
+    loss_ax.set_ylabel("loss per target token")
+    loss_ax.legend(fontsize="small")
+    bleu_ax.set_title("validation BLEU")
+    bleu_ax.set_ylabel("BLEU")
+    if not any_bleu:
+        note = "no validation BLEU in these runs\n(train.valid_bleu = false)"
+        bleu_ax.text(0.5, 0.5, note, ha="center", va="center", transform=bleu_ax.transAxes, color="grey")
+        bleu_ax.set_yticks([])
+    lr_ax.set_title("learning rate")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    speed_ax.set_title("training speed")
+    speed_ax.set_ylabel("tokens/s")
+    for ax in (loss_ax, bleu_ax, lr_ax, speed_ax):
+        ax.grid(alpha=0.3)
+    for ax in (lr_ax, speed_ax):
+        ax.set_xlabel(x_axis.label)
+    return figure
+
+
+def terminal_chart(runs: list[Run], x_axis: XAxis, width: int, height: int = 16) -> Text:
+    """The loss curves as text: train loss a line of dots, valid loss a mark per validation."""
+    lines: list[tuple[list[float], list[float], str, str, bool]] = []
+    for i, run in enumerate(runs):
+        colour = COLOURS[i % len(COLOURS)]
+        lines.append((*series(run.train, "loss", x_axis), TRAIN_MARKS[i % 4], colour, True))
+        lines.append((*series(run.valid, "loss", x_axis), VALID_MARKS[i % 4], colour, False))
+    all_x = [x for xs, *_ in lines for x in xs]
+    all_y = [y for _, ys, *_ in lines for y in ys]
+    if not all_x:
+        return Text("no finite loss values to draw\n")
+    x0, x1 = min(all_x), max(all_x)
+    y0, y1 = min(all_y), max(all_y)
+    if y1 - y0 < 1e-9:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    cols = np.linspace(x0, x1, width) if x1 > x0 else np.full(width, x0)
+    grid: list[list[tuple[str, str]]] = [[(" ", "")] * width for _ in range(height)]
+
+    def mark(col: int, y: float, char: str, colour: str) -> None:
+        row = round((y1 - y) / (y1 - y0) * (height - 1))
+        grid[row][col] = (char, colour)
+
+    for xs, ys, char, colour, joined in lines:
+        if not xs:
+            continue
+        if joined:  # train: the curve at every column it spans
+            for col in np.nonzero((cols >= xs[0] - 1e-9) & (cols <= xs[-1] + 1e-9))[0]:
+                mark(int(col), float(np.interp(cols[col], xs, ys)), char, colour)
+        else:
+            for x, y in zip(xs, ys, strict=True):
+                mark(_column(x, x0, x1, width), y, char, colour)
+    return _frame(runs, grid, (x0, x1, y0, y1), x_axis)
+
+
+def _column(x: float, x0: float, x1: float, width: int) -> int:
+    return round((x - x0) / (x1 - x0) * (width - 1)) if x1 > x0 else 0
+
+
+def _frame(runs: list[Run], grid: list[list[tuple[str, str]]], bounds: tuple, x_axis: XAxis) -> Text:
+    """Axes, tick values and a legend around the grid of marks."""
+    x0, x1, y0, y1 = bounds
+    height, width = len(grid), len(grid[0])
+    text = Text(f"loss per target token against {x_axis.label}\n", style="bold")
+    for row, cells in enumerate(grid):
+        y = y1 - row * (y1 - y0) / (height - 1)
+        label = f"{y:>9.3g} ┤" if row in (0, height // 2, height - 1) else " " * 10 + "│"
+        text.append(label)
+        for char, colour in cells:
+            text.append(char, style=colour or None)
+        text.append("\n")
+    text.append(" " * 10 + "└" + "─" * width + "\n")
+    left, right = _tick(x0, x_axis), _tick(x1, x_axis)
+    text.append(" " * 11 + left + right.rjust(width - len(left)) + "\n")
+    for i, run in enumerate(runs):
+        colour = COLOURS[i % len(COLOURS)]
+        text.append(" " * 11)
+        text.append(TRAIN_MARKS[i % 4], style=colour)
+        text.append(" train  ")
+        text.append(VALID_MARKS[i % 4], style=colour)
+        text.append(f" valid  {run.label}\n")
+    return text
+
+
+def _tick(x: float, x_axis: XAxis) -> str:
+    return f"{x:,.0f}" if x_axis.key == "update" else f"{x:,.1f}{x_axis.unit}"
+
+
+def summary_table(runs: list[Run]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("run", no_wrap=True)
+    for column in ["updates", "train loss", "best valid", "best BLEU", "tok/s", "hours"]:
+        table.add_column(column, justify="right")
+    for run in runs:
+        last = run.train[-1] if run.train else {}
+        updates = max((r["update"] for r in run.train + run.valid), default=0)
+        wall = max((r.get("wall_s", 0) for r in run.train + run.valid if _finite(r.get("wall_s"))), default=0)
+        table.add_row(
+            run.label,
+            f"{updates:,}",
+            _fmt(last.get("loss")),
+            _fmt(min(series(run.valid, "loss")[1], default=None)),
+            _fmt(max(series(run.valid, "bleu")[1], default=None), ".2f"),
+            _fmt(last.get("tokens_per_s"), ",.0f"),
+            f"{wall / 3600:.2f}",
+        )
+    return table
+
+
+def _fmt(value: object, spec: str = ".3f") -> str:
+    return format(value, spec) if _finite(value) else "-"
+
+
+def _labelled(runs: Iterable[Run], paths: list[Path]) -> list[Run]:
+    """Runs with the same directory name are told apart by their whole path."""
+    runs = list(runs)
+    names = [run.label for run in runs]
+    for run, path in zip(runs, paths, strict=True):
+        if names.count(run.label) > 1:
+            run.label = str(path)
+    return runs
+
+
+def run(run_dirs: list[Path], output: Path | None, terminal: bool, x_axis: str, quiet: bool) -> None:
+    reporter = Reporter(quiet)
+    if x_axis not in X_AXES:
+        raise InputError(f"--x-axis {x_axis!r}: expected one of {', '.join(X_AXES)}")
+    if output is None and not terminal:
+        output = Path("curves.png")
+    if output is not None:
+        check_picture_path(output)
+        require_matplotlib()  # before reading anything: the one-line hint comes first
+    runs = []
+    for run_dir, one in zip(run_dirs, _labelled([read_run(p) for p in run_dirs], run_dirs), strict=True):
+        if one.train or one.valid:
+            runs.append(one)
+        else:
+            reporter.warn(f"{run_dir}: no training records yet; left out")
+    if not runs:
+        raise InputError("no training records yet in " + ", ".join(map(str, run_dirs)))
+    axis = x_axis_for(x_axis, runs)
+    if terminal:
+        console = Console(highlight=False)
+        console.print(terminal_chart(runs, axis, width=max(20, min(console.width - 12, 120))))
+        console.print(summary_table(runs))
+    if output is not None:
+        save_figure(curves_figure(runs, axis), output)
+        reporter.info(f"wrote {output}")

@@ -1,0 +1,247 @@
+"""The picture commands. `nmt plot` on synthetic metrics.jsonl files: the figure's size, axes and
+curves, PNG and SVG files, a run still training (cut-short last line, a resume that logged
+updates again), the terminal chart, and one-line errors (unknown extension, no run, no records,
+no matplotlib). `nmt attend` with the tiny copy model: its translations are `nmt translate`'s,
+one picture per non-blank input line, layer/head choices checked."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TrainedRun, nmt, sentences
+
+from nmt_cli.commands import plot
+
+CURVE_LABELS = ["loss per target token", "BLEU", "learning rate", "tokens/s"]
+
+
+def train_record(update: int) -> dict:
+    return {
+        "type": "train",
+        "update": update,
+        "epoch": 1 + update // 400,
+        "loss": 2.0 + 6.0 * math.exp(-update / 300),
+        "nll_loss": 1.5 + 6.0 * math.exp(-update / 300),
+        "ppl": math.exp(1.5 + 6.0 * math.exp(-update / 300)),
+        "lr": 1e-3 * min(update / 400, math.sqrt(400 / update)),
+        "tokens_per_s": 6000.0 + 10 * (update % 7),
+        "updates_per_s": 1.6,
+        "wall_s": round(update * 0.6, 1),
+    }
+
+
+def valid_record(update: int, bleu: bool) -> dict:
+    loss = 2.5 + 5.0 * math.exp(-update / 300)
+    record = {"type": "valid", "update": update, "loss": loss, "nll_loss": loss - 0.4, "ppl": math.exp(loss)}
+    if bleu:
+        record["bleu"] = 30.0 * (1 - math.exp(-update / 400))
+    return {**record, "best_loss": loss, "wall_s": round(update * 0.6 + 5, 1)}
+
+
+def write_metrics(run_dir: Path, last: int = 1000, bleu: bool = True, cut_short: bool = True) -> list[dict]:
+    """A run's metrics.jsonl as `nmt train` writes it (train every 50 updates, valid every 200);
+    with cut_short, a last line half-written, as when reading while the run is writing."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records = []
+    for update in range(50, last + 1, 50):
+        records.append(train_record(update))
+        if update % 200 == 0:
+            records.append(valid_record(update, bleu))
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    (run_dir / "metrics.jsonl").write_text(text + ('{"type": "train", "upd' if cut_short else ""))
+    return records
+
+
+def figure_of(*run_dirs: Path, x_axis: str = "update"):
+    runs = [plot.read_run(d) for d in run_dirs]
+    return plot.curves_figure(runs, plot.x_axis_for(x_axis, runs))
+
+
+def test_the_figure_has_its_size_axes_labels_and_the_run_curves(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    records = write_metrics(tmp_path / "base")
+    figure = figure_of(tmp_path / "base")
+    assert tuple(figure.get_size_inches()) == plot.CURVES_SIZE
+    assert [ax.get_ylabel() for ax in figure.axes] == CURVE_LABELS
+    assert [ax.get_xlabel() for ax in figure.axes] == ["", "", "update", "update"]
+    loss_ax, bleu_ax, lr_ax, speed_ax = figure.axes
+    train = [r for r in records if r["type"] == "train"]
+    valid = [r for r in records if r["type"] == "valid"]
+    train_line, valid_line = loss_ax.get_lines()
+    assert list(train_line.get_xdata()) == [r["update"] for r in train]
+    assert list(train_line.get_ydata()) == [r["loss"] for r in train]
+    assert list(valid_line.get_ydata()) == [r["loss"] for r in valid]
+    assert list(bleu_ax.get_lines()[0].get_ydata()) == [r["bleu"] for r in valid]
+    assert list(lr_ax.get_lines()[0].get_ydata()) == [r["lr"] for r in train]
+    assert list(speed_ax.get_lines()[0].get_ydata()) == [r["tokens_per_s"] for r in train]
+    assert [t.get_text() for t in loss_ax.get_legend().get_texts()] == ["base"]
+
+
+def test_several_runs_are_overlaid_with_a_legend_and_wall_time_in_minutes(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path / "base")
+    write_metrics(tmp_path / "big", last=600, bleu=False)
+    figure = figure_of(tmp_path / "base", tmp_path / "big", x_axis="wall")
+    loss_ax = figure.axes[0]
+    assert [t.get_text() for t in loss_ax.get_legend().get_texts()] == ["base", "big"]
+    assert len(loss_ax.get_lines()) == 4  # train and valid of each run
+    assert figure.axes[2].get_xlabel() == "wall time (minutes of training)"
+    assert loss_ax.get_lines()[0].get_xdata()[-1] == pytest.approx(1000 * 0.6 / 60)
+
+
+def test_nmt_plot_writes_a_png_of_the_figure_size(tmp_path: Path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    write_metrics(tmp_path / "run")
+    out = tmp_path / "curves.png"
+    assert nmt("-q", "plot", tmp_path / "run", "-o", out) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = plot.CURVES_SIZE
+    assert image.imread(out).shape[:2] == (height * plot.DPI, width * plot.DPI)
+    assert {p.name for p in tmp_path.iterdir()} == {"run", "curves.png"}  # no temporary file left
+
+
+def test_nmt_plot_writes_svg_by_extension(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path / "a")
+    write_metrics(tmp_path / "b", last=400)
+    out = tmp_path / "curves.SVG"
+    assert nmt("-q", "plot", tmp_path / "a", tmp_path / "b" / "metrics.jsonl", "-o", out) == 0
+    assert "<svg" in out.read_text(encoding="utf-8")[:2000]
+
+
+def test_a_run_still_training_or_resumed_is_read_tolerantly(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_metrics(run_dir, last=400, cut_short=False)
+    # Killed after update 400, resumed from the checkpoint at 300: 350 and 400 are logged again.
+    again = [train_record(350) | {"loss": 1.0}, train_record(400) | {"loss": 0.9}, valid_record(400, True)]
+    with (run_dir / "metrics.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in again) + '{"type": "valid", "update": 45')
+    run = plot.read_run(run_dir)
+    assert [r["update"] for r in run.train] == list(range(50, 401, 50))
+    assert [r["loss"] for r in run.train][-2:] == [1.0, 0.9]
+    assert [r["update"] for r in run.valid] == [200, 400]
+
+
+def strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_terminal_draws_the_loss_curve_without_matplotlib(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = write_metrics(tmp_path / "m30k")
+    monkeypatch.setenv("COLUMNS", "100")
+    hide_matplotlib(monkeypatch)
+    capsys.readouterr()
+    assert nmt("-q", "plot", tmp_path / "m30k", "--terminal") == 0
+    out = strip_ansi(capsys.readouterr().out)
+    assert "loss per target token against update" in out
+    rows = [line for line in out.splitlines() if len(line) > 11 and line[10] in "┤│"]
+    assert len(rows) == 16 and all(len(line) <= 100 for line in rows)
+    highest = max(r["loss"] for r in records)
+    assert float(rows[0][:9]) == pytest.approx(highest, rel=1e-2)
+    assert rows[0][11] == "•"  # the first update has the highest loss: top left
+    assert sum(line.count("◆") for line in rows) == 5  # one mark per validation
+    assert "m30k" in out and "best valid" in out
+    assert not (tmp_path / "curves.png").exists()
+
+
+def hide_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `import matplotlib` (and its submodules) fail as if it were not installed."""
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+
+
+@pytest.mark.parametrize("command", ["plot", "attend"])
+def test_without_matplotlib_one_line_names_the_extra(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_metrics(tmp_path / "run")
+    hide_matplotlib(monkeypatch)
+    args = {
+        "plot": ["plot", tmp_path / "run", "-o", tmp_path / "curves.png"],
+        "attend": ["attend", "-m", tmp_path / "model.pt", "--out-dir", tmp_path / "maps"],
+    }[command]
+    capsys.readouterr()
+    assert nmt(*args) == 2
+    err = capsys.readouterr().err
+    assert err == "nmt: error: pictures need matplotlib, an optional extra: pip install 'nmt-cli[plot]'\n"
+    assert not (tmp_path / "curves.png").exists() and not (tmp_path / "maps").exists()
+
+
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("extension", "end the name in .png or .svg"),
+        ("no run", "no such run directory"),
+        ("not a run", "no metrics.jsonl here"),
+        ("no records", "no training records yet"),
+        ("x axis", "--x-axis 'time': expected one of update, wall"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    case: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_metrics(tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    args = {
+        "extension": [tmp_path / "run", "-o", tmp_path / "curves.jpg"],
+        "no run": [tmp_path / "missing", "--terminal"],
+        "not a run": [tmp_path, "--terminal"],
+        "no records": [tmp_path / "empty", "--terminal"],
+        "x axis": [tmp_path / "run", "--terminal", "--x-axis", "time"],
+    }[case]
+    capsys.readouterr()
+    assert nmt("-q", "plot", *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nmt: error: ") and expected in err and err.count("\n") == 1
+
+
+def test_attend_translates_as_translate_does_and_draws_each_line(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    lines = sentences(8, seed=11) + [""] + sentences(3, seed=12, min_words=5, max_words=6)
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    translated = tmp_path / "out.txt"
+    assert (
+        nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", translated, "--threads", 1) == 0
+    )
+    capsys.readouterr()
+    maps = tmp_path / "maps"
+    args = ["-m", trained.checkpoint, "-i", source, "--out-dir", maps, "--threads", 1]
+    assert nmt("-q", "attend", *args) == 0
+    assert capsys.readouterr().out == translated.read_text(encoding="utf-8")
+    drawn = sorted(p.name for p in maps.iterdir())
+    assert drawn == [f"attention_{n:04d}.png" for n in range(1, len(lines) + 1) if lines[n - 1]]
+    assert all((maps / name).read_bytes()[:4] == b"\x89PNG" for name in drawn)
+    assert nmt("-q", "attend", *args, "--layer", 1, "--head", 2, "--format", "svg") == 0
+    assert len(list(maps.glob("*.svg"))) == len(drawn)
+
+
+@pytest.mark.parametrize(
+    "option,expected",
+    [
+        (["--layer", 2], "--layer 2: the model's decoder has layers 1..1"),
+        (["--head", 0], "--head 0: the model has heads 1..2"),
+        (["--format", "jpg"], "--format 'jpg': expected png or svg"),
+    ],
+)
+def test_attend_refuses_a_layer_or_head_the_model_does_not_have(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list, expected: str
+) -> None:
+    pytest.importorskip("matplotlib")
+    source = tmp_path / "in.txt"
+    source.write_text("apple river\n", encoding="utf-8")
+    capsys.readouterr()
+    code = nmt("-q", "attend", "-m", trained.checkpoint, "-i", source, "--out-dir", tmp_path / "m", *option)
+    assert code == 2
+    assert capsys.readouterr().err == f"nmt: error: {expected}\n"
