@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = json.loads((data_dir / "meta.json").read_text())
     per_token = flops_per_target_token(meta)
     peaks = peak.main()
-    result = {}
+    result = dict(peaks)
     for precision in ("fp32", "bf16"):
         m = measure(data_dir, precision, args.warmup, args.updates)
         result[f"train_tok_s_{precision}"] = round(m["tok_s"])
