@@ -18,6 +18,7 @@ import torch
 
 from nmt_cli.config import ModelConfig, RunConfig, from_dict
 from nmt_cli.errors import InputError, RunFailure
+from nmt_cli.files import process_alive
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -55,18 +56,8 @@ def remove_stale_temporaries(checkpoint_dir: Path) -> None:
         return
     for entry in checkpoint_dir.iterdir():
         match = TEMPORARY.match(entry.name)
-        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+        if match and int(match.group(1)) != os.getpid() and not process_alive(int(match.group(1))):
             entry.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from nmt_cli.errors import InputError
+from nmt_cli.files import process_alive
 
 FORMAT = 1
 META = "meta.json"
@@ -113,22 +114,12 @@ def make_staging(out: Path) -> Path:
     """A fresh staging directory inside `out`; leftovers of dead runs are removed first."""
     for old in out.glob(f"{STAGING_PREFIX}*"):
         pid = old.name[len(STAGING_PREFIX) :]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not process_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     staging = out / f"{STAGING_PREFIX}{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     return staging
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def publish(staging: Path, out: Path, meta: dict) -> None:
