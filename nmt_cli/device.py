@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 import torch
 
 from nmt_cli.errors import InputError
+
+ONEDNN_CACHE_ENTRIES = 32
 
 
 def resolve_device(name: str) -> torch.device:
@@ -31,9 +34,11 @@ def configure_cpu(threads: int) -> None:
     glibc serves every large tensor with a fresh mmap and returns it on free, so each
     update paid page faults for its activations again; keeping freed memory in the heap
     made bf16 training about 15% faster at the same peak RSS (measured on Multi30k).
+    oneDNN's caches are bounded before its first use (see _bound_onednn_caches).
     """
     torch.set_flush_denormal(True)
     _keep_freed_memory()
+    _bound_onednn_caches()
     if threads < 0:
         raise InputError(f"--threads {threads}: must be 0 (torch's default) or a positive count")
     if threads > 0:
@@ -50,6 +55,16 @@ def _keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_max = -1, -4  # mallopt parameters from <malloc.h>
     libc.mallopt(m_mmap_max, 0)  # large blocks from the heap, not one mmap each
     libc.mallopt(m_trim_threshold, 1 << 30)  # give memory back only beyond 1 GB of free heap
+
+
+def _bound_onednn_caches() -> None:
+    """bf16 matmuls on CPU go through oneDNN, whose two caches (its own primitive cache and
+    PyTorch's ideep LRU) keep up to 1024 entries each, with buffers, per matmul shape. Batch
+    shapes change every update, so they filled up with one-off shapes: 0.8 GB of peak RSS for
+    the Multi30k recipe. 32 entries each held it at 1.36 GB instead of 2.2 GB and ran no slower
+    (measured; 8 entries ran about 15% slower). Users may still set either variable themselves."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
 
 
 def check_precision(precision: str, device: torch.device, allowed: tuple[str, ...]) -> None:

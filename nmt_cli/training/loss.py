@@ -1,9 +1,9 @@
 """Label-smoothed cross entropy (§5.4, eps_ls), computed without a one-hot of the vocabulary.
 
 The smoothed target puts 1 - eps on the reference and eps / (V - 1) on every other class.
-The loss and its gradient (softmax - target distribution) are computed in row chunks that
-read the logits in place: no (tokens x V) float32 tensor is ever materialised besides the
-gradient itself, which on CPU also spares the page faults of large temporary allocations.
+The loss and its gradient (softmax - target distribution) are computed together in row chunks
+that read the logits in place: no (tokens x V) float32 tensor is ever materialised, and the
+gradient is kept in the logits' dtype.
 Imports torch and `config`.
 """
 
@@ -18,47 +18,47 @@ CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 per chunk
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
+    """The loss and, when a gradient is wanted, the gradient too, in one pass over each chunk:
+    backward then only scales the stored gradient. Per chunk: one softmax gives the gradient,
+    and its largest probability gives log-sum-exp (lse = max - log p_max; p_max >= 1/V, so it
+    never underflows) without a separate, slower logsumexp."""
+
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
         # logits (N, V) in any float dtype, target (N,) -> summed smoothed loss and NLL over non-padding rows.
         n, vocab = logits.shape
         other = epsilon / (vocab - 1)
         keep = target != PAD_ID
-        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        grad = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
         loss = torch.zeros((), dtype=torch.float32, device=logits.device)
         nll = torch.zeros((), dtype=torch.float32, device=logits.device)
         rows = max(1, CHUNK_ELEMENTS // vocab)
         for start in range(0, n, rows):
-            chunk = logits[start : start + rows].float()  # (c, V)
-            lse[start : start + rows] = chunk_lse = chunk.logsumexp(dim=-1)  # (c,)
-            row_nll = chunk_lse - chunk.gather(1, target[start : start + rows, None])[:, 0]
-            row_uniform = vocab * chunk_lse - chunk.sum(dim=-1)  # -sum_v log p_v
+            stop = start + rows
+            chunk = logits[start:stop].float()  # (c, V)
+            row_target, row_keep = target[start:stop, None], keep[start:stop]
+            p = torch.softmax(chunk, dim=-1)
+            lse = chunk.amax(dim=-1) - p.amax(dim=-1).log()  # (c,)
+            row_nll = lse - chunk.gather(1, row_target)[:, 0]
+            row_uniform = vocab * lse - chunk.sum(dim=-1)  # -sum_v log p_v
             row_loss = (1.0 - epsilon - other) * row_nll + other * row_uniform
-            row_keep = keep[start : start + rows]
             loss += row_loss[row_keep].sum()
             nll += row_nll[row_keep].sum()
-        ctx.save_for_backward(logits, target, lse)
-        ctx.epsilon = epsilon
+            if grad is not None:
+                # d loss / d logits = softmax - smoothed target, zero on padding rows.
+                at_target = torch.full_like(row_target, other - (1.0 - epsilon), dtype=p.dtype)
+                p.scatter_add_(1, row_target, at_target)
+                rows_grad = grad[start:stop]
+                rows_grad.copy_(p.sub_(other))
+                rows_grad.index_fill_(0, (~row_keep).nonzero()[:, 0], 0.0)  # rows, not a (c, V) mask
+        ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        logits, target, lse = ctx.saved_tensors
-        n, vocab = logits.shape
-        other = ctx.epsilon / (vocab - 1)
-        grad = torch.empty_like(logits)
-        rows = max(1, CHUNK_ELEMENTS // vocab)
-        for start in range(0, n, rows):
-            stop = start + rows
-            # d loss / d logits = softmax - smoothed target, zero on padding rows.
-            p = (logits[start:stop].float() - lse[start:stop, None]).exp_()  # (c, V)
-            p.sub_(other)
-            at_target = torch.full((p.shape[0], 1), other - (1.0 - ctx.epsilon), device=p.device)
-            p.scatter_add_(1, target[start:stop, None], at_target)
-            p.mul_(((target[start:stop] != PAD_ID).float() * grad_loss)[:, None])
-            grad[start:stop] = p
-        return grad, None, None
+        (grad,) = ctx.saved_tensors
+        return grad.mul_(grad_loss), None, None  # in place: the graph is used once
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
