@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from nmt_cli.model import Transformer
+from nmt_cli.model.layers import dropout
 
 VOCAB = 40
 
@@ -47,9 +48,14 @@ def rand_tokens(b: int, t: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(4, VOCAB, (b, t), generator=g)
 
 
+# bf16 on CPU takes the written-out attention path (bf16 matmuls, float32 softmax), not SDPA.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_future_target_tokens_never_change_earlier_outputs(variant):
-    model = tiny(**VARIANTS[variant])
+def test_future_target_tokens_never_change_earlier_outputs(variant, dtype):
+    model = tiny(**VARIANTS[variant]).to(DTYPES[dtype])
     src, tgt = rand_tokens(2, 7), rand_tokens(2, 6, seed=2)
     changed = tgt.clone()
     changed[:, 4:] = rand_tokens(2, 2, seed=3)
@@ -71,8 +77,9 @@ def test_padding_a_batch_never_changes_real_positions(variant):
     torch.testing.assert_close(batched[:, :4], alone, rtol=0, atol=1e-5)
 
 
-def test_padded_source_positions_receive_no_attention():
-    model = tiny()
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_padded_source_positions_receive_no_attention(dtype):
+    model = tiny().to(DTYPES[dtype])
     src = torch.cat([rand_tokens(2, 5), torch.full((2, 4), PAD_ID)], dim=1)
     tgt = rand_tokens(2, 6, seed=2)
     with torch.no_grad():
@@ -83,6 +90,19 @@ def test_padded_source_positions_receive_no_attention():
         noisy_memory[:, 5:] = torch.randn_like(noisy_memory[:, 5:]) * 100
         noisy = model._decode(tgt, model.init_state(noisy_memory, src_mask))[0]
     torch.testing.assert_close(noisy, clean, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bf16_outputs_follow_fp32_outputs(variant):
+    model = tiny(**VARIANTS[variant])
+    src = torch.cat([rand_tokens(3, 6), torch.full((3, 2), PAD_ID)], dim=1)
+    tgt = rand_tokens(3, 5, seed=2)
+    with torch.no_grad():
+        high = model(src, tgt)
+        low = model.to(torch.bfloat16)(src, tgt).float()
+    # bf16 keeps 8 bits of mantissa: close, not equal; a wrong mask or softmax is far off.
+    assert (low - high).abs().max() < 0.05 * high.abs().max()
+    assert (low.argmax(-1) == high.argmax(-1)).float().mean() > 0.9
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -160,3 +180,35 @@ def test_a_tiny_model_overfits_a_handful_of_pairs():
         loss.backward()
         optimizer.step()
     assert loss.item() < 0.05
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_dropout_zeroes_a_fraction_p_and_keeps_the_expectation(dtype):
+    torch.manual_seed(0)
+    y = dropout(torch.ones(400_000, dtype=DTYPES[dtype]), 0.1, training=True).float()
+    assert abs((y == 0).float().mean().item() - 0.1) < 0.003  # ~6 standard deviations
+    kept = y[y != 0]
+    assert torch.all(kept == kept[0])  # every kept element gets the same scale
+    assert abs(y.mean().item() - 1.0) < 0.005
+
+
+def test_cpu_dropout_follows_the_seed_and_is_the_identity_in_eval():
+    x = torch.randn(64, 33)
+    torch.manual_seed(3)
+    a = dropout(x, 0.3, training=True)
+    torch.manual_seed(3)
+    b = dropout(x, 0.3, training=True)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, dropout(x, 0.3, training=True))
+    assert dropout(x, 0.3, training=False) is x
+    assert dropout(x, 0.0, training=True) is x
+
+
+def test_cpu_dropout_gradient_is_its_mask_times_the_scale():
+    x = torch.randn(50, 40, requires_grad=True)
+    torch.manual_seed(1)
+    y = dropout(x, 0.25, training=True)
+    y.backward(torch.ones_like(y))
+    kept = y != 0
+    torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1 / 0.75))
+    assert torch.all(x.grad[~kept] == 0)
