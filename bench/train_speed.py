@@ -2,8 +2,10 @@
 
 Runs `nmt train` for warm-up + timed updates (no validation, no checkpoints) and reports
 target tokens/s and updates/s over the timed updates, the process's peak RSS, and the
-model-FLOPs utilisation against bench/peak.py's matmul peak.
-    .venv/bin/python bench/train_speed.py [--data ../shared/data/multi30k] [--updates 100]
+model-FLOPs utilisation against bench/peak.py's matmul peak. Each precision runs --repeats
+times (alternating, so a slow spell of the machine hits both); speeds are the medians, the
+peak RSS the largest seen.
+    .venv/bin/python bench/train_speed.py [--data ../shared/data/multi30k] [--updates 100] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import peak
@@ -75,20 +78,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     data_dir = prepared(args.data)
     meta = json.loads((data_dir / "meta.json").read_text())
     per_token = flops_per_target_token(meta)
     peaks = peak.main()
     result = dict(peaks)
-    for precision in ("fp32", "bf16"):
-        m = measure(data_dir, precision, args.warmup, args.updates)
-        result[f"train_tok_s_{precision}"] = round(m["tok_s"])
-        result[f"train_upd_s_{precision}"] = round(m["upd_s"], 3)
-        result[f"train_peak_rss_mb_{precision}"] = round(m["rss_mb"])
-        result[f"train_mfu_{precision}"] = round(
-            m["tok_s"] * per_token / 1e9 / peaks[f"peak_gflops_{precision}"], 3
-        )
+    runs: dict[str, list[dict]] = {"fp32": [], "bf16": []}
+    for _ in range(args.repeats):
+        for precision, done in runs.items():
+            done.append(measure(data_dir, precision, args.warmup, args.updates))
+    for precision, done in runs.items():
+        tok_s = statistics.median(m["tok_s"] for m in done)
+        result[f"train_tok_s_{precision}"] = round(tok_s)
+        result[f"train_tok_s_{precision}_runs"] = [round(m["tok_s"]) for m in done]
+        result[f"train_upd_s_{precision}"] = round(statistics.median(m["upd_s"] for m in done), 3)
+        result[f"train_peak_rss_mb_{precision}"] = round(max(m["rss_mb"] for m in done))
+        gflops = tok_s * per_token / 1e9
+        result[f"train_mfu_{precision}"] = round(gflops / peaks[f"peak_gflops_{precision}"], 3)
     result["train_peak_rss_mb"] = max(result["train_peak_rss_mb_fp32"], result["train_peak_rss_mb_bf16"])
     emit(result)
     return result
