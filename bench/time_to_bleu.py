@@ -1,9 +1,12 @@
 """Time to quality: train the benchmark model for 15 minutes of wall time, average the last
 checkpoints, translate test_2016_flickr with beam 4 and report sacreBLEU, in bf16 and fp32.
 
+Then bf16 against fp32 at equal updates: bf16 trains again, from the same seed over the same
+batches, for exactly as many updates as the fp32 run reached, and is scored the same way.
+
 The run follows recipes/multi30k/small.toml as it is (validation loss only). A finished run
-is cached in bench/work/ttb_<precision>/ and reused; --fresh retrains.
-    .venv/bin/python bench/time_to_bleu.py [--minutes 15] [--precision bf16 fp32]
+is cached in bench/work/ttb_<precision>_<budget>/ and reused; --fresh retrains.
+    .venv/bin/python bench/time_to_bleu.py [--minutes 15] [--precision bf16 fp32] [--fresh]
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ import json
 import shutil
 from pathlib import Path
 
-from common import DEFAULT_DATA, RECIPE, THREADS, WORK, bleu, emit, nmt, prepared, train_records
+from common import DEFAULT_DATA, RECIPE, THREADS, WORK, bleu, emit, nmt, prepared
+
+from nmt_cli.checkpoint import numbered
 
 
-def trained_model(data: Path, precision: str, minutes: float, fresh: bool = False) -> tuple[Path, dict]:
-    """Train (or reuse) a run of `minutes` and return its averaged checkpoint and facts."""
-    run = WORK / f"ttb_{precision}_{minutes:g}min"
+def trained_model(
+    data: Path, precision: str, minutes: float, fresh: bool = False, updates: int = 0
+) -> tuple[Path, dict]:
+    """Train (or reuse) a run of `minutes` (or of exactly `updates`, when given) and return its
+    averaged checkpoint and facts."""
+    run = WORK / (f"ttb_{precision}_{updates}upd" if updates else f"ttb_{precision}_{minutes:g}min")
     done = run / "bench.json"
     if done.exists() and not fresh:
         return run / "average.pt", json.loads(done.read_text())
@@ -26,13 +34,33 @@ def trained_model(data: Path, precision: str, minutes: float, fresh: bool = Fals
     data_dir = prepared(data)
     args = ["--data", str(data_dir), "--recipe", str(RECIPE), "--out", str(run), "--device", "cpu"]
     args += ["--threads", str(THREADS), "--precision", precision]
-    args += ["--set", f"train.max_minutes={minutes}", "--set", "train.max_updates=0"]
-    seconds, rss = nmt("train", *args)
+    budget = [f"train.max_minutes={0 if updates else minutes}", f"train.max_updates={updates}"]
+    seconds, rss = nmt("train", *args, "--set", budget[0], "--set", budget[1])
     nmt("average", "--run", str(run), "-o", str(run / "average.pt"))
-    updates = max(r["update"] for r in train_records(run))
-    facts = {"updates": updates, "train_seconds": round(seconds), "peak_rss_mb": round(rss)}
+    reached = max(update for update, _ in numbered(run / "checkpoints"))  # the last, even if not logged
+    facts = {"updates": reached, "train_seconds": round(seconds), "peak_rss_mb": round(rss)}
     done.write_text(json.dumps(facts))
     return run / "average.pt", facts
+
+
+def score_on_test(model: Path, data: Path) -> tuple[float, float]:
+    """sacreBLEU and length ratio of `model` on test_2016_flickr, beam 4."""
+    hyp = model.with_name("test.hyp")
+    source, ref = data / "test_2016_flickr.en", data / "test_2016_flickr.de"
+    nmt(
+        "translate",
+        "-m",
+        str(model),
+        "-i",
+        str(source),
+        "-o",
+        str(hyp),
+        "--beam",
+        "4",
+        "--threads",
+        str(THREADS),
+    )
+    return bleu(hyp, ref)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -45,26 +73,18 @@ def main(argv: list[str] | None = None) -> dict:
     result = {}
     for precision in args.precision:
         model, facts = trained_model(args.data, precision, args.minutes, args.fresh)
-        hyp = model.with_name("test.hyp")
-        nmt(
-            "translate",
-            "-m",
-            str(model),
-            "-i",
-            str(args.data / "test_2016_flickr.en"),
-            "-o",
-            str(hyp),
-            "--beam",
-            "4",
-            "--threads",
-            str(THREADS),
-        )
-        ref = args.data / "test_2016_flickr.de"
         tag = f"{args.minutes:g}min_{precision}"
-        score, ratio = bleu(hyp, ref)
+        score, ratio = score_on_test(model, args.data)
         result[f"bleu_{tag}"] = round(score, 2)
         result[f"updates_{tag}"] = facts["updates"]
         result[f"len_ratio_{tag}"] = round(ratio, 3)
+    if {"bf16", "fp32"} <= set(args.precision):
+        updates = result[f"updates_{args.minutes:g}min_fp32"]
+        model, _ = trained_model(args.data, "bf16", args.minutes, args.fresh, updates=updates)
+        score, _ = score_on_test(model, args.data)
+        result["equal_updates"] = updates
+        result["bleu_equal_updates_bf16"] = round(score, 2)
+        result["bleu_equal_updates_fp32"] = result[f"bleu_{args.minutes:g}min_fp32"]
     emit(result)
     return result
 
