@@ -75,7 +75,10 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, KVCache | None, Tensor | None]:
         """Attend from `x` (B, T, d_model).
 
-        mask: boolean, True where attention is allowed, broadcastable to (B, h, T, S).
+        mask: boolean, True where attention is allowed, broadcastable to (B, h, T, S); every
+            query must be allowed at least one key (a softmax over no key is NaN).
+        is_causal: with no mask, each query sees the keys up to its own position, the queries
+            being the last T of the S positions (after the cached ones).
         cache: self-attention keys/values of earlier steps; the new ones are appended.
         memory_kv: precomputed cross-attention keys/values (see project_kv); it may hold one row
             per `group` consecutive rows of `x` (the hypotheses of one sentence in beam search).
@@ -97,6 +100,13 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q_proj(x), self.d_k)
             k, v = memory_kv.k, memory_kv.v
             new_cache = None
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        explicit = prev_scores is not None or _explicit(q)
+        if is_causal and mask is None and (explicit or t_q != t_k):
+            # SDPA's is_causal puts the diagonal at the top left; with cached keys the new
+            # queries are the last t_q positions, so the diagonal belongs at the bottom right.
+            mask = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(t_k - t_q)
+            is_causal = False
         group = q.shape[0] // k.shape[0]
         if group > 1:
             # A sentence's hypotheses become extra query positions over its one memory row.
@@ -106,7 +116,7 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
 
         scores = None
-        if prev_scores is None and not _explicit(q):
+        if not explicit:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal and mask is None
             )
@@ -114,9 +124,6 @@ class MultiHeadAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.d_k))  # (B, h, T, S)
             if prev_scores is not None:
                 scores = scores + prev_scores
-            if is_causal and mask is None:
-                t, s_len = scores.shape[-2:]
-                mask = torch.ones(t, s_len, dtype=torch.bool, device=scores.device).tril(s_len - t)
             weights = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
             # softmax in float32 whatever the scores' dtype, as mixed-precision training does.
             weights = dropout(weights.softmax(dim=-1, dtype=torch.float32).to(v.dtype), p, self.training)

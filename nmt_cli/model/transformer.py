@@ -191,7 +191,12 @@ class Transformer(nn.Module):
         mask = src_mask
         if self.cfg.attention_window > 0:
             s = src.shape[1]
-            mask = src_mask & window_mask(s, s, self.cfg.attention_window, False, src.device)
+            window = window_mask(s, s, self.cfg.attention_window, False, src.device)
+            # A query always sees itself: a padding position more than the radius away from
+            # every real token would otherwise see no key at all, and the NaN of its empty
+            # softmax would reach real positions through the next layer's values.
+            diagonal = torch.eye(s, dtype=torch.bool, device=src.device)
+            mask = (src_mask & window) | diagonal
         x = self.src_embed(src)
         scores = self._residual_scores(x)
         for layer in self.encoder:
@@ -201,16 +206,8 @@ class Transformer(nn.Module):
     def _decode(self, tgt_in: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Run the decoder over tgt_in (B, T) at positions state.step.. -> hidden (B, T, d_model)."""
         t, start = tgt_in.shape[1], state.step
-        incremental = start > 0 or state.self_kv[0] is not None
         x = self.tgt_embed(tgt_in, start)
-        plain_causal = self.cfg.attention_window == 0 and not self.cfg.residual_attention
-        if incremental and t == 1 and self.cfg.attention_window == 0:
-            self_mask, is_causal = None, False  # one new query may see every earlier key
-        elif plain_causal:
-            self_mask, is_causal = None, True
-        else:
-            self_mask = window_mask(t, start + t, self.cfg.attention_window, True, tgt_in.device)
-            is_causal = False
+        self_mask, is_causal = self._target_mask(t, start, tgt_in.device)
         scores = self._residual_scores(x)
         scores_pair = (scores, scores) if scores is not None else None
         new_kv: list[KVCache | None] = []
@@ -221,6 +218,12 @@ class Transformer(nn.Module):
             new_kv.append(cache)
         state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
         return self.decoder_norm(x), state
+
+    def _target_mask(self, t: int, start: int, device: torch.device) -> tuple[Tensor | None, bool]:
+        """Decoder self-attention of t new positions after `start` cached ones: (mask, is_causal)."""
+        if self.cfg.attention_window == 0:
+            return None, t > 1  # a single new query may see every key there is
+        return window_mask(t, start + t, self.cfg.attention_window, True, device), False
 
     def project(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear transformation (§3.4): hidden (..., d_model) -> logits (..., V)."""
@@ -252,9 +255,7 @@ class Transformer(nn.Module):
         memory_kv = [block.cross_attn.project_kv(memory) for block in self.decoder[: index + 1]]
         t = tgt_in.shape[1]
         x = self.tgt_embed(tgt_in)
-        # The masks of _decode for a whole target sequence at once.
-        is_causal = self.cfg.attention_window == 0 and not self.cfg.residual_attention
-        self_mask = None if is_causal else window_mask(t, t, self.cfg.attention_window, True, tgt_in.device)
+        self_mask, is_causal = self._target_mask(t, 0, tgt_in.device)
         scores = self._residual_scores(x)
         scores_pair = (scores, scores) if scores is not None else None
         for block, kv in zip(self.decoder[:index], memory_kv, strict=False):

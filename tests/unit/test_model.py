@@ -212,3 +212,63 @@ def test_cpu_dropout_gradient_is_its_mask_times_the_scale():
     kept = y != 0
     torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1 / 0.75))
     assert torch.all(x.grad[~kept] == 0)
+
+
+WINDOWED = {
+    "window": {"attention_window": 2},
+    "window-realformer": {"attention_window": 2, "residual_attention": True},
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", WINDOWED)
+def test_padding_far_beyond_the_window_changes_nothing_and_stays_finite(variant, dtype):
+    # Ten pads after three tokens: the last pads are further than the radius from any real token.
+    model = tiny(**WINDOWED[variant]).to(DTYPES[dtype])
+    short, long_ = rand_tokens(1, 3), rand_tokens(1, 13, seed=4)
+    src = torch.cat([torch.cat([short, torch.full((1, 10), PAD_ID)], dim=1), long_])
+    tgt = torch.cat([torch.full((2, 1), BOS_ID), rand_tokens(2, 4, seed=2)], dim=1)
+    with torch.no_grad():
+        batched = model(src, tgt)
+        alone = model(short, tgt[:1])
+        memory, src_mask = model.encode(src)
+        state = model.init_state(memory, src_mask)
+        steps = []
+        for i in range(tgt.shape[1]):
+            log_probs, state = model.decode_step(tgt[:, i : i + 1], state)
+            steps.append(log_probs)
+    assert batched.isfinite().all() and torch.stack(steps).isfinite().all()
+    atol = 1e-5 if dtype == "fp32" else 0.05 * alone.abs().max().item()
+    torch.testing.assert_close(batched[:1], alone, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", WINDOWED)
+def test_training_with_padding_far_beyond_the_window_has_finite_gradients(variant, dtype):
+    model = tiny(**WINDOWED[variant]).to(DTYPES[dtype]).train()
+    src = torch.cat([torch.cat([rand_tokens(1, 2), torch.full((1, 12), PAD_ID)], dim=1), rand_tokens(1, 14)])
+    tgt = rand_tokens(2, 5, seed=2)
+    loss = F.cross_entropy(model(src, tgt[:, :-1]).float().flatten(0, 1), tgt[:, 1:].flatten())
+    loss.backward()
+    assert loss.isfinite()
+    assert all(p.grad.isfinite().all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_decoding_of_several_new_tokens_equals_full_recompute(variant, dtype):
+    # Prefix or forced decoding feeds several tokens at once after a cache: 2, then 4, then 1.
+    model = tiny(**VARIANTS[variant]).to(DTYPES[dtype])
+    src = torch.cat([rand_tokens(2, 6), torch.full((2, 2), PAD_ID)], dim=1)
+    tgt = torch.cat([torch.full((2, 1), BOS_ID), rand_tokens(2, 6, seed=2)], dim=1)
+    with torch.no_grad():
+        full = model(src, tgt).float()
+        memory, src_mask = model.encode(src)
+        state = model.init_state(memory, src_mask)
+        pieces = []
+        for lo, hi in ((0, 2), (2, 6), (6, 7)):
+            hidden, state = model._decode(tgt[:, lo:hi], state)
+            pieces.append(model.project(hidden).float())
+    chunked = torch.cat(pieces, dim=1)
+    atol = 1e-5 if dtype == "fp32" else 0.02 * full.abs().max().item()
+    torch.testing.assert_close(chunked, full, rtol=0, atol=atol)
