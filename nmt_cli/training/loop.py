@@ -162,7 +162,7 @@ def train(s: Session, resume: dict | None) -> str:
     progress = Progress()
     if resume is not None:
         optimizer.load_state_dict(resume["optimizer"])
-        scaler.load_state_dict(resume["scaler"])
+        restore_scaler(scaler, resume["scaler"])
         progress = Progress(**resume["progress"])
         _set_rng_state(resume["rng"], s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
@@ -171,70 +171,87 @@ def train(s: Session, resume: dict | None) -> str:
     session_start = time.monotonic()
     base_seconds, last_save = progress.train_seconds, time.monotonic()
     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "updates": 0, "start": time.monotonic()}
-    bad_in_row, reason = 0, ""
+    bad_in_row, reason, lr = 0, "", 0.0
     model.train()
     with StopSignal() as stop:
-        while not reason:
-            batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch)
-            if not batches:
-                raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
-            while progress.batch < len(batches) and not reason:
-                group, mine = distributed.update_share(batches, progress.batch, tc.update_freq, world)
-                tensors = [
-                    collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
-                    for idx in mine or group[:1]  # group[:1]: a stand-in for an idle process
-                ]
-                lr = learning_rate(
-                    progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr
-                )
-                distributed.seed_update(tc.seed, progress.update, world)
-                stats = accumulate_gradients(
-                    net,
-                    tensors,
-                    tc.label_smoothing,
-                    tc.precision,
-                    scaler,
-                    s.device,
-                    ntokens=distributed.target_tokens(group, tgt_len),
-                    idle=not mine,
-                )
-                progress.batch += len(group)
-                progress.train_seconds = base_seconds + time.monotonic() - session_start
-                # All processes now hold the same gradients; agree on the loss and on stopping.
-                stats, signalled, out_of_time = _agree(stats, stop.received, tc, progress, world, s.device)
-                stepped, grad_norm = apply_update(model, optimizer, scaler, lr, tc.clip_norm, stats["loss"])
-                if not stepped:
-                    bad_in_row += 1
-                    _skipped(s, metrics, progress, stats["loss"], grad_norm, bad_in_row, scaler)
-                    continue
-                bad_in_row = 0
-                progress.update += 1
-                for key in ("loss", "nll", "tokens"):
-                    window[key] += stats[key]
-                window["updates"] += 1
-                bar.update(1)
-                if world.is_main and progress.update % tc.log_every_updates == 0:
-                    _log_train(metrics, bar, window, progress, lr)
-                if tc.valid_every_updates and progress.update % tc.valid_every_updates == 0:
-                    early_stop = _validate(s, metrics, progress) if world.is_main else ""
-                    reason = str(distributed.from_main(early_stop, world))
-                minutes_due = (
-                    tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
-                )
-                updates_due = tc.save_every_updates and progress.update % tc.save_every_updates == 0
-                if world.is_main and (updates_due or minutes_due):
-                    _save(s, model, optimizer, scaler, progress)
-                    last_save = time.monotonic()
-                reason = reason or _stop_reason(tc, progress, signalled, stop.received, out_of_time)
-            if progress.batch >= len(batches):
-                progress.epoch, progress.batch = progress.epoch + 1, 0
-                if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
-                    reason = f"reached train.max_epochs = {tc.max_epochs}"
+        try:
+            while not reason:
+                batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch)
+                if not batches:
+                    raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
+                while progress.batch < len(batches) and not reason:
+                    group, mine = distributed.update_share(batches, progress.batch, tc.update_freq, world)
+                    tensors = [
+                        collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
+                        for idx in mine or group[:1]  # group[:1]: a stand-in for an idle process
+                    ]
+                    lr = learning_rate(
+                        progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr
+                    )
+                    distributed.seed_update(tc.seed, progress.update, world)
+                    stats = accumulate_gradients(
+                        net,
+                        tensors,
+                        tc.label_smoothing,
+                        tc.precision,
+                        scaler,
+                        s.device,
+                        ntokens=distributed.target_tokens(group, tgt_len),
+                        idle=not mine,
+                    )
+                    progress.batch += len(group)
+                    progress.train_seconds = base_seconds + time.monotonic() - session_start
+                    # All processes now hold the same gradients; agree on the loss and on stopping.
+                    stats, signalled, out_of_time = _agree(
+                        stats, stop.received, tc, progress, world, s.device
+                    )
+                    stepped, grad_norm = apply_update(
+                        model, optimizer, scaler, lr, tc.clip_norm, stats["loss"]
+                    )
+                    if not stepped:
+                        bad_in_row += 1
+                        _skipped(s, metrics, progress, stats["loss"], grad_norm, bad_in_row, scaler)
+                        continue
+                    bad_in_row = 0
+                    progress.update += 1
+                    for key in ("loss", "nll", "tokens"):
+                        window[key] += stats[key]
+                    window["updates"] += 1
+                    bar.update(1)
+                    if world.is_main and progress.update % tc.log_every_updates == 0:
+                        _log_train(metrics, bar, window, progress, lr)
+                    if tc.valid_every_updates and progress.update % tc.valid_every_updates == 0:
+                        early_stop = _validate(s, metrics, progress) if world.is_main else ""
+                        reason = str(distributed.from_main(early_stop, world))
+                    minutes_due = (
+                        tc.save_every_minutes and time.monotonic() - last_save >= 60 * tc.save_every_minutes
+                    )
+                    updates_due = tc.save_every_updates and progress.update % tc.save_every_updates == 0
+                    if world.is_main and (updates_due or minutes_due):
+                        _save(s, model, optimizer, scaler, progress)
+                        last_save = time.monotonic()
+                    reason = reason or _stop_reason(tc, progress, signalled, stop.received, out_of_time)
+                if progress.batch >= len(batches):
+                    progress.epoch, progress.batch = progress.epoch + 1, 0
+                    if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
+                        reason = f"reached train.max_epochs = {tc.max_epochs}"
+        finally:
+            if world.is_main and window["updates"]:
+                # The updates since the last record, so that a run that stops before its first
+                # log interval (or fails) still leaves one.
+                _log_train(metrics, bar, window, progress, lr)
         bar.close()
         if world.is_main and not _saved_at(s.run_dir, progress.update):
             _save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return f"{reason} at update {progress.update}"
+
+
+def restore_scaler(scaler: torch.amp.GradScaler, state: dict) -> None:
+    """Resume the loss scale. A bf16 or fp32 run saved an empty state (its scaler was off), so
+    resuming it in fp16 starts a fresh scale; one saved by fp16 is ignored by a disabled scaler."""
+    if state:
+        scaler.load_state_dict(state)
 
 
 def _agree(

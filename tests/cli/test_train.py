@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, nmt_command, subprocess_env, train_args
+from conftest import (
+    Corpus,
+    TrainedRun,
+    nmt,
+    nmt_command,
+    sentences,
+    subprocess_env,
+    train_args,
+    write_split,
+)
 
 from nmt_cli import checkpoint
 from nmt_cli.config import load_recipe
@@ -219,3 +228,55 @@ def test_a_signal_stops_training_cleanly(sig: signal.Signals, corpus: Corpus, tm
     assert "optimizer" in payload and "rng" in payload
     model = Transformer(checkpoint.model_config(payload, run_dir))
     model.load_state_dict(payload["model"])
+
+
+def test_a_run_shorter_than_its_log_interval_still_leaves_a_record(corpus: Corpus, tmp_path: Path) -> None:
+    run_dir = tmp_path / "short"
+    args = train_args(corpus.data, run_dir, "train.max_updates=7", "train.log_every_updates=50")
+    assert nmt(*args) == 0
+    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    train_records = [r for r in records if r["type"] == "train"]
+    assert [r["update"] for r in train_records] == [7]
+    assert train_records[0]["loss"] > 0 and train_records[0]["tokens_per_s"] > 0
+
+
+def test_restricted_attention_in_bf16_trains_without_a_skipped_update(tmp_path: Path) -> None:
+    # Source and target lengths drawn independently: batches are cut by the longer side, so a
+    # batch holds short sources padded far beyond the radius next to long ones.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, n, seed in (("train", 400, 10), ("valid", 20, 11)):
+        write_split(raw / name, sentences(n, seed, 1, 10), sentences(n, seed + 100, 1, 10))
+    data = tmp_path / "data"
+    prepare = ["-q", "prepare", "--train", raw / "train", "--valid", raw / "valid", "--src", "src"]
+    prepare += ["--tgt", "tgt", "--out", data, "--vocab-size", 100, "--no-byte-fallback", "--max-ratio", 20]
+    assert nmt(*prepare) == 0
+    run_dir = tmp_path / "windowed"
+    args = train_args(
+        data,
+        run_dir,
+        "model.attention_window=1",
+        'train.precision="bf16"',
+        "train.max_updates=10",
+        "train.log_every_updates=5",
+    )
+    assert nmt(*args) == 0
+    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    assert [r for r in records if r["type"] == "skip"] == []
+    assert [r["update"] for r in records if r["type"] == "train"] == [5, 10]
+
+
+def test_a_run_saved_without_loss_scaling_resumes_into_an_enabled_scaler(trained: TrainedRun) -> None:
+    from nmt_cli.training.loop import restore_scaler
+
+    saved = checkpoint.load(trained.checkpoint)["scaler"]  # fp32 run: the scaler was off
+    fresh = torch.amp.GradScaler("cpu", enabled=True)
+    restore_scaler(fresh, saved)
+    assert fresh.get_scale() == torch.amp.GradScaler("cpu", enabled=True).get_scale()
+    # An fp16 run's scale carries over; a disabled scaler (bf16, fp32) ignores it.
+    fp16 = torch.amp.GradScaler("cpu", enabled=True, init_scale=1024.0)
+    fp16.scale(torch.ones(()))  # the scale exists once used
+    resumed = torch.amp.GradScaler("cpu", enabled=True)
+    restore_scaler(resumed, fp16.state_dict())
+    assert resumed.get_scale() == 1024.0
+    restore_scaler(torch.amp.GradScaler("cpu", enabled=False), fp16.state_dict())
