@@ -201,6 +201,9 @@ class DecodeConfig:
     """Maximum output length = max_len_a * source length + max_len_b."""
     max_len_b: int = 50
     """See max_len_a."""
+    min_len: int = 1
+    """Fewest target tokens before EOS may end a hypothesis (0 allows an empty translation); the
+    maximum length wins where the two meet."""
 
     def validate(self, where: str) -> None:
         _check(self.beam >= 1, where, "decode.beam", "must be at least 1")
@@ -211,7 +214,7 @@ class DecodeConfig:
             "decode.lenpen_style",
             f'\'{self.lenpen_style}\': use "gnmt" or "fairseq"',
         )
-        for name in ("max_len_a", "max_len_b"):
+        for name in ("max_len_a", "max_len_b", "min_len"):
             _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
 
 

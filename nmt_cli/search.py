@@ -69,9 +69,19 @@ class Ensemble:
         return min(m.cfg.max_positions for m in self.models)
 
 
+def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) -> None:
+    """At step t (0-based): rows at their maximum length may only end (EOS); below min_len,
+    rows may not end yet. `limit` holds each row's maximum length, EOS included."""
+    forced = t + 1 >= limit
+    log_probs[forced, :EOS_ID] = float("-inf")
+    log_probs[forced, EOS_ID + 1 :] = float("-inf")
+    if t < min_len:
+        log_probs[~forced, EOS_ID] = float("-inf")
+
+
 @torch.inference_mode()
 def greedy_search(
-    ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int
+    ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int, min_len: int = 1
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch."""
     n, device = src.shape[0], src.device
@@ -83,9 +93,7 @@ def greedy_search(
     tokens = torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
     for t in range(int(limit.max())):
         log_probs, states = ensemble.step(tokens, states)  # (A, V)
-        forced = t + 1 >= limit[active]
-        log_probs[forced, :EOS_ID] = float("-inf")
-        log_probs[forced, EOS_ID + 1 :] = float("-inf")
+        _constrain_length(log_probs, t, limit[active], min_len)
         best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
@@ -113,6 +121,7 @@ def beam_search(
     max_len_a: float,
     max_len_b: int,
     nbest: int = 1,
+    min_len: int = 1,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first.
 
@@ -136,9 +145,7 @@ def beam_search(
     for t in range(max_steps):
         log_probs, states = ensemble.step(tokens, states)  # (A*K, V)
         a, vocab = active.numel(), log_probs.shape[-1]
-        forced = (t + 1 >= limit[active]).repeat_interleave(k)
-        log_probs[forced, :EOS_ID] = float("-inf")
-        log_probs[forced, EOS_ID + 1 :] = float("-inf")
+        _constrain_length(log_probs, t, limit[active].repeat_interleave(k), min_len)
         cand = (scores.unsqueeze(-1) + log_probs.view(a, k, vocab)).view(a, k * vocab)
         top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
         top_beam, top_tok = top_idx // vocab, top_idx % vocab
@@ -197,11 +204,12 @@ def translate_batch(
     max_len_a: float,
     max_len_b: int,
     nbest: int = 1,
+    min_len: int = 1,
 ) -> list[list[Hypothesis]]:
     """Greedy search for beam 1 (the fast path), beam search otherwise."""
     if beam == 1 and nbest == 1:
-        return greedy_search(ensemble, src, max_len_a, max_len_b)
-    return beam_search(ensemble, src, beam, lenpen, lenpen_style, max_len_a, max_len_b, nbest)
+        return greedy_search(ensemble, src, max_len_a, max_len_b, min_len)
+    return beam_search(ensemble, src, beam, lenpen, lenpen_style, max_len_a, max_len_b, nbest, min_len)
 
 
 def translate_sentences(
@@ -222,7 +230,15 @@ def translate_sentences(
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
         hyps = translate_batch(
-            ensemble, src, cfg.beam, cfg.lenpen, cfg.lenpen_style, cfg.max_len_a, cfg.max_len_b, nbest
+            ensemble,
+            src,
+            cfg.beam,
+            cfg.lenpen,
+            cfg.lenpen_style,
+            cfg.max_len_a,
+            cfg.max_len_b,
+            nbest,
+            cfg.min_len,
         )
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h

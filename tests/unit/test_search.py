@@ -49,11 +49,13 @@ def test_beam_one_equals_greedy():
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
 
 
-def exhaustive_best(model: Transformer, src: torch.Tensor, limit: int, alpha: float, style: str) -> list[int]:
-    """Score every output of at most `limit` tokens (EOS included) and return the best."""
+def exhaustive_best(
+    model: Transformer, src: torch.Tensor, limit: int, alpha: float, style: str, min_len: int
+) -> list[int]:
+    """Score every output of min_len .. limit - 1 tokens (then EOS) and return the best."""
     allowed = [t for t in range(model.cfg.tgt_vocab_size) if t not in (PAD_ID, BOS_ID, EOS_ID)]
     best, best_score = None, float("-inf")
-    for length in range(limit):
+    for length in range(min_len, limit):
         for body in itertools.product(allowed, repeat=length):
             tgt = torch.tensor([[BOS_ID, *body]])
             with torch.no_grad():
@@ -66,17 +68,20 @@ def exhaustive_best(model: Transformer, src: torch.Tensor, limit: int, alpha: fl
     return best
 
 
-@pytest.mark.parametrize("limit, beam, style", [(2, 6, "gnmt"), (3, 12, "gnmt"), (3, 12, "fairseq")])
-def test_a_wide_beam_finds_the_exhaustive_best(limit, beam, style):
+@pytest.mark.parametrize(
+    "limit, beam, style, min_len",
+    [(2, 6, "gnmt", 0), (3, 12, "gnmt", 0), (3, 12, "fairseq", 1), (4, 20, "gnmt", 2)],
+)
+def test_a_wide_beam_finds_the_exhaustive_best(limit, beam, style, min_len):
     vocab = 6  # pad, unk, bos, eos and two words
     greedy_missed = 0
     for seed in range(6):
         model = tiny(vocab, seed)
         src = torch.tensor([[4, 5, 4, EOS_ID]])
-        best = exhaustive_best(model, src, limit, 1.0, style)
-        found = beam_search(Ensemble([model]), src, beam, 1.0, style, 0.0, limit - 1)
+        best = exhaustive_best(model, src, limit, 1.0, style, min_len)
+        found = beam_search(Ensemble([model]), src, beam, 1.0, style, 0.0, limit - 1, min_len=min_len)
         assert found[0][0].tokens == best
-        greedy = beam_search(Ensemble([model]), src, 1, 1.0, style, 0.0, limit - 1)
+        greedy = beam_search(Ensemble([model]), src, 1, 1.0, style, 0.0, limit - 1, min_len=min_len)
         greedy_missed += greedy[0][0].tokens != best
     assert greedy_missed > 0  # the cases are hard enough that a narrow search gets some wrong
 
@@ -145,3 +150,36 @@ def test_outputs_respect_the_maximum_length():
         greedy_search(Ensemble([model]), src, 0.0, 3),
     ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)
+
+
+class EndsAtOnce(Ensemble):
+    """A model that would rather stop than say anything: EOS outweighs every word at every step."""
+
+    def step(self, tokens, states):
+        log_probs, states = super().step(tokens, states)
+        log_probs[:, EOS_ID] += 30.0
+        return log_probs.log_softmax(dim=-1), states
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_non_empty_source_gets_a_non_empty_translation(beam):
+    model, src = tiny(30), sources(30)
+    nbest = beam  # every hypothesis of the n-best list, not only the best
+    hyps = beam_search(EndsAtOnce([model]), src, beam, 0.6, "gnmt", 1.0, 5, nbest=nbest)
+    assert all(len(h.tokens) >= 1 for sentence in hyps for h in sentence)
+    assert all(len(sentence) == nbest for sentence in hyps)
+    greedy = greedy_search(EndsAtOnce([model]), src, 1.0, 5)
+    assert all(len(h[0].tokens) >= 1 for h in greedy)
+
+
+def test_min_len_zero_allows_an_empty_translation_and_max_len_wins_over_min_len():
+    model, src = tiny(30), sources(30)
+    assert all(h[0].tokens == [] for h in greedy_search(EndsAtOnce([model]), src, 1.0, 5, min_len=0))
+    assert all(
+        h[0].tokens == [] for h in beam_search(EndsAtOnce([model]), src, 4, 0.6, "gnmt", 1.0, 5, min_len=0)
+    )
+    longer = greedy_search(EndsAtOnce([model]), src, 1.0, 5, min_len=3)
+    assert all(len(h[0].tokens) == 3 for h in longer)
+    # max_len_a 0, max_len_b 2: at most two tokens before EOS, whatever min_len asks.
+    capped = beam_search(EndsAtOnce([model]), src, 4, 0.6, "gnmt", 0.0, 2, min_len=10)
+    assert all(len(h[0].tokens) == 2 for h in capped)
