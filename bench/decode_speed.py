@@ -35,11 +35,26 @@ def main(argv: list[str] | None = None) -> dict:
     configure_cpu(THREADS)
     source = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
     reference = (args.data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    result = {}
+    # The settings travel with the figures: a speed means little without them.
+    result: dict = {
+        "decode_lenpen_style": "fairseq",
+        "decode_lenpen": 1.0,
+        "decode_max_len_a": 1.0,
+        "decode_max_len_b": 50,
+        "decode_batch_tokens": args.batch_tokens,
+        "decode_threads": THREADS,
+    }
     for precision in ("fp32", "bf16"):
         for name, beam in (("beam4", 4), ("greedy", 1)):
             translator = load_translator(
-                [model], torch.device("cpu"), precision, beam=beam, lenpen=1.0, lenpen_style="fairseq"
+                [model],
+                torch.device("cpu"),
+                precision,
+                beam=beam,
+                lenpen=result["decode_lenpen"],
+                lenpen_style=result["decode_lenpen_style"],
+                max_len_a=result["decode_max_len_a"],
+                max_len_b=result["decode_max_len_b"],
             )
             translator.translate(source[:100], args.batch_tokens)  # warm-up
             start = time.perf_counter()
