@@ -309,8 +309,9 @@ def score(
         str | None,
         typer.Option(
             help="sacreBLEU tokenizer for BLEU: 13a (default), intl, "
-            "none, char, zh, ... With --compound-split: how the text "
-            "is tokenized before splitting (none: it already is)."
+            "none, char, zh, ... With --compound-split only none goes, "
+            "for files that are tokenized already (default: the Moses "
+            "tokenizer for German)."
         ),
     ] = None,
     compound_split: Annotated[
@@ -319,7 +320,8 @@ def score(
             "--compound-split",
             help="Tokenized BLEU on compound-split "
             "text, as the paper reports En-De (tensor2tensor's "
-            "get_ende_bleu.sh).",
+            "get_ende_bleu.sh: Moses tokenizer -l de, ##AT## split, "
+            "multi-bleu.perl).",
         ),
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the scores as one JSON object.")] = False,
@@ -332,10 +334,11 @@ def score(
     The paper's En-De figures are not sacreBLEU: they are BLEU of Moses-tokenized text
     with hyphenated compounds split ("a-b" -> "a ##AT##-##AT## b"), which reads higher
     (Ott et al., 2018: 29.3 that way is 28.6 as sacreBLEU). --compound-split computes that
-    figure: sacreBLEU's 13a tokenizer, then the split, then BLEU with no further
-    tokenization or smoothing. Its line is labelled "tokenized BLEU, compound-split";
-    every other line is labelled "sacreBLEU". Report sacreBLEU; use --compound-split only
-    to compare with the paper's Table 2.
+    figure: the Moses tokenizer for German (sacremoses, escaping on, as tokenizer.perl -l de),
+    then the split, then BLEU with no further tokenization or smoothing, as multi-bleu.perl
+    (--tokenize none skips the Moses step for files that are tokenized already). Its line is
+    labelled "tokenized BLEU, compound-split"; every other line is labelled "sacreBLEU".
+    Report sacreBLEU; use --compound-split only to compare with the paper's Table 2.
     """
     from nmt_cli.commands import score as command
 

@@ -2,12 +2,16 @@
 by sacreBLEU's Python API (never a BLEU of our own), each with its sacreBLEU signature.
 
 `--compound-split` computes the figure the paper's Table 2 reports for En-De instead of
-sacreBLEU's: tokenized BLEU on compound-split text, the way tensor2tensor's
-get_ende_bleu.sh does it (Moses-tokenize, rewrite "a-b" as "a ##AT##-##AT## b", then
-multi-bleu.perl). Here sacreBLEU's 13a tokenizer stands in for the Moses tokenizer
-(`--tokenize none` when the files are tokenized already) and sacreBLEU scores the result
-with no further tokenization and no smoothing, as multi-bleu.perl does. Imports sacrebleu,
-the standard library, `data.text` and `errors`.
+sacreBLEU's, the way tensor2tensor's get_ende_bleu.sh does it: the Moses tokenizer for
+German with its default escaping (sacremoses: "&" becomes "&amp;", '"' becomes "&quot;"),
+then every "a-b" rewritten as "a ##AT##-##AT## b", then multi-bleu.perl's corpus BLEU. Here
+sacreBLEU scores the result with no further tokenization and no smoothing, which is what
+multi-bleu.perl computes. `--tokenize none` says the files are tokenized already and skips
+the Moses step; no other `--tokenize` goes with `--compound-split`. sacremoses tokenizes as
+tokenizer.perl did before late 2018, when Moses began to split the final period off a last
+word that is a non-breaking prefix ("Nummer 10." keeps "10." whole); the paper's figures predate
+that change. Imports sacrebleu, sacremoses (only for `--compound-split`), the standard
+library, `data.text` and `errors`.
 """
 
 from __future__ import annotations
@@ -29,9 +33,13 @@ METRICS = ("bleu", "chrf", "ter")
 SACREBLEU = "sacreBLEU"
 PAPER = "tokenized BLEU, compound-split (comparable to the paper's Table 2)"
 # tensor2tensor get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Kept as is,
-# quirk included: matches do not overlap, so a one-letter part stays joined ("a-b-c" becomes
-# "a ##AT##-##AT## b-c") while "rich-text-format" is split at both hyphens.
-_COMPOUND = re.compile(r"(\S)-(\S)")
+# quirks included. Matches do not overlap, so a one-letter part stays joined ("a-b-c" becomes
+# "a ##AT##-##AT## b-c") while "rich-text-format" is split at both hyphens. And perl runs it on
+# UTF-8 bytes, where "\S" is one byte, so a one-letter part that is not ASCII is split off
+# ("ä-ö-ü" becomes "ä ##AT##-##AT## ö ##AT##-##AT## ü"): hence a bytes pattern here too. The
+# hyphen is one byte that never occurs inside a multi-byte character, so the result decodes.
+_COMPOUND = re.compile(rb"(\S)-(\S)")
+_AT = rb"\1 ##AT##-##AT## \2"
 
 
 def run(
@@ -47,6 +55,11 @@ def run(
     names = parse_metrics(metrics)
     if tokenize is not None and tokenize not in BLEU.TOKENIZERS:
         raise InputError(f"--tokenize {tokenize!r}: use one of {', '.join(BLEU.TOKENIZERS)}")
+    if compound_split and tokenize not in (None, "none"):
+        raise InputError(
+            f"--tokenize {tokenize} does not go with --compound-split, which tokenizes with Moses: "
+            "drop --tokenize, or give --tokenize none if the files are tokenized already"
+        )
     hypotheses, hyp_name = _read_hypotheses(hyp)
     references = [text.read_lines(ref, str(ref)) for ref in refs]
     for ref, lines in zip(refs, references, strict=True):
@@ -93,7 +106,7 @@ def score(
     label = SACREBLEU
     metric: Metric
     if name == "bleu" and compound_split:
-        split = _compound_splitter(tokenize or "13a")
+        split = _compound_splitter(tokenize or "moses-de")
         hypotheses = [split(line) for line in hypotheses]
         references = [[split(line) for line in ref] for ref in references]
         metric, label = BLEU(tokenize="none", smooth_method="none", force=True), PAPER
@@ -106,7 +119,7 @@ def score(
     result = metric.corpus_score(hypotheses, references)
     signature = str(metric.get_signature())
     if label == PAPER:
-        signature += f"|pretok:{tokenize or '13a'}+compound-split"
+        signature += f"|pretok:{tokenize or 'moses-de'}+compound-split"
     return {
         "score": round(float(result.score), 4),
         "signature": signature,
@@ -115,13 +128,31 @@ def score(
     }
 
 
-def _compound_splitter(tokenize: str) -> Callable[[str], str]:
-    tokenizer = _make(lambda: BLEU(tokenize=tokenize)).tokenizer
+def _compound_splitter(pretok: str) -> Callable[[str], str]:
+    """One line as get_ende_bleu.sh hands it to multi-bleu.perl. `pretok` is "moses-de" (the
+    Moses tokenizer for German, escaping on) or "none" (the line is tokenized already)."""
+    tokenizer = _moses_de() if pretok == "moses-de" else str.strip
 
     def split(line: str) -> str:
-        return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tokenizer(line.strip()))
+        return _COMPOUND.sub(_AT, tokenizer(line).encode("utf-8")).decode("utf-8")
 
     return split
+
+
+def _moses_de() -> Callable[[str], str]:
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise InputError(
+            "--compound-split needs sacremoses: pip install sacremoses "
+            "(or give --tokenize none for text that is tokenized already)"
+        ) from None
+    moses = MosesTokenizer(lang="de")
+
+    def tokenize(line: str) -> str:
+        return moses.tokenize(line, escape=True, return_str=True)
+
+    return tokenize
 
 
 def _make(build: Callable[[], BLEU]) -> BLEU:
