@@ -13,7 +13,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -26,7 +26,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data import spm
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, NmtError, RunFailure
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
 from nmt_cli.search import Ensemble, translate_sentences
@@ -113,6 +113,7 @@ def run(
     lenpen_style: str | None,
     max_len_a: float | None,
     max_len_b: int | None,
+    min_len: int | None,
     nbest: int,
     batch_tokens: int,
     buffer_size: int,
@@ -138,6 +139,7 @@ def run(
         lenpen_style=lenpen_style,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
+        min_len=min_len,
     )
     if nbest > translator.decode.beam:
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
@@ -167,19 +169,65 @@ def _translate_to_file(
     buffer_size: int,
     nbest: int,
 ) -> None:
-    """Write to a temporary file and rename it at the end: no half-written output on failure."""
-    tmp = output_path.with_name(f".{output_path.name}.tmp-{os.getpid()}")
+    """Write to OUTPUT.partial, one flushed buffer at a time, and rename it to OUTPUT at the end.
+
+    OUTPUT itself is never touched before the run succeeds. On any failure, Ctrl-C included, the
+    buffers finished so far stay in OUTPUT.partial (cut back to the last complete buffer) and the
+    error says how many input lines they cover, so that hours of work are not thrown away.
+    """
+    partial = Path(f"{output_path}.partial")
+    done = 0  # input lines whose output is written and flushed to `partial`
+    size = 0  # the length of `partial` at that point
     try:
-        with tmp.open("w", encoding="utf-8") as out:
-            _translate_stream(translator, source, name, out, batch_tokens, buffer_size, nbest)
-        os.replace(tmp, output_path)
+        # A stale OUTPUT.partial from an earlier killed run is overwritten: there is no resuming.
+        out = partial.open("w", encoding="utf-8")
     except OSError as err:
-        raise InputError(f"--output {output_path}: cannot write ({err.strerror or err})") from None
-    finally:
-        # Suppressed: when the parent is not a directory, unlink fails too (ENOTDIR), and that
-        # error must not replace the one above.
+        raise InputError(f"--output {output_path}: cannot write {partial} ({err.strerror or err})") from None
+
+    def flushed(lines: int) -> None:
+        nonlocal done, size
+        done, size = lines, os.fstat(out.fileno()).st_size
+
+    try:
+        _translate_stream(translator, source, name, out, batch_tokens, buffer_size, nbest, flushed)
+        out.close()
+        os.replace(partial, output_path)
+    except BaseException as err:
+        # Closing flushes whatever part of an unfinished buffer was pending; cutting the file back
+        # leaves only complete buffers, so that it holds exactly the lines the error counts. Both
+        # are suppressed: a full disk fails them too, and that must not replace the error itself.
         with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+            out.close()
+        with contextlib.suppress(OSError):
+            os.truncate(partial, size)
+        if done == 0:  # nothing worth keeping
+            with contextlib.suppress(OSError):
+                partial.unlink()
+        stopped = _stopped(err, output_path, partial, done)
+        if stopped is None:
+            raise
+        raise stopped from err
+
+
+def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) -> NmtError | None:
+    """The one-line error for `err` that also says what `partial` keeps; None: re-raise `err` as it
+    is. Exit codes are those that `cli.main` gives the same error without a partial file."""
+    kept = f"after {done:,} lines; they are in {partial}" if done else "before the first line was written"
+    where = f"--output {output_path}"
+    if isinstance(err, KeyboardInterrupt):
+        return NmtError(f"{where}: interrupted {kept}", exit_code=130)
+    if isinstance(err, OSError):
+        return InputError(f"{where}: cannot write ({err.strerror or err}); stopped {kept}")
+    if isinstance(err, NmtError):
+        return NmtError(f"{err}; {where}: stopped {kept}", exit_code=err.exit_code)
+    if isinstance(err, MemoryError):
+        return RunFailure(f"out of memory; use smaller batches (--batch-tokens); {where}: stopped {kept}")
+    if isinstance(err, Exception):
+        return RunFailure(
+            f"internal error: {type(err).__name__}: {err}; {where}: stopped {kept} "
+            "(run with --debug for the traceback)"
+        )
+    return None  # SystemExit and the like: not a failure of this run
 
 
 def _translate_stream(
@@ -190,16 +238,24 @@ def _translate_stream(
     batch_tokens: int,
     buffer_size: int,
     nbest: int,
+    flushed: Callable[[int], None] | None = None,
 ) -> None:
+    """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
+    of input lines done so far. A buffer's output goes out in one write, so that a process killed
+    while it translates (where nearly all the time goes) leaves only complete lines behind."""
     number = 0
     for lines in _buffers(source, name, buffer_size):
+        chunk = []
         for hyps in translator.translate(lines, batch_tokens, nbest):
             if nbest == 1:
-                out.write(hyps[0][0] + "\n")
+                chunk.append(hyps[0][0] + "\n")
             else:
-                out.writelines(f"{number}\t{score:.4f}\t{text}\n" for text, score in hyps)
+                chunk.extend(f"{number}\t{score:.4f}\t{text}\n" for text, score in hyps)
             number += 1
+        out.write("".join(chunk))
         out.flush()
+        if flushed is not None:
+            flushed(number)
 
 
 def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str]]:

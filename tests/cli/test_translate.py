@@ -4,6 +4,7 @@ lines, n-best lists, beam 1 = greedy, ensembles, and one-line errors for bad pat
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import queue
@@ -18,6 +19,7 @@ import torch
 from conftest import WORDS, Corpus, TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env
 
 from nmt_cli import checkpoint
+from nmt_cli.commands.translate import Translator
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.data import spm
 from nmt_cli.model import Transformer
@@ -80,7 +82,7 @@ def test_file_to_file_keeps_every_line_in_order(
     )
     assert code == 0
     check_copy(lines, read_exact_lines(target, len(lines)))
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no partial file left
 
 
 def test_stdin_to_stdout_keeps_every_line_in_order(
@@ -269,3 +271,150 @@ def test_a_missing_model_fails_in_one_line(tmp_path: Path, capsys: pytest.Captur
     line = _one_line_error(capsys.readouterr().err)
     assert line.startswith("nmt: error:") and str(missing) in line
     assert not (tmp_path / "out.txt").exists()
+
+
+def fail_after_first_buffer(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> list[list[str]]:
+    """Make the translator raise `error` on its second buffer; returns the buffers it translated."""
+    real = Translator.translate
+    seen: list[list[str]] = []
+
+    def translate(self: Translator, lines: list[str], *args: object, **kwargs: object) -> object:
+        if seen:
+            raise error
+        seen.append(list(lines))
+        return real(self, lines, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", translate)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "words", "options", "existing"),
+    [
+        (KeyboardInterrupt(), 130, "interrupted after", [], False),
+        (RuntimeError("boom"), 1, "boom", [], False),
+        (KeyboardInterrupt(), 130, "interrupted after", ["--beam", "2", "--nbest", "2"], False),
+        (RuntimeError("boom"), 1, "boom", [], True),
+    ],
+    ids=["ctrl-c", "crash", "ctrl-c with nbest", "crash with an existing output and a stale partial"],
+)
+def test_a_failure_keeps_the_finished_buffers_in_a_partial_file(
+    trained: TrainedRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
+    code: int,
+    words: str,
+    options: list[str],
+    existing: bool,
+) -> None:
+    lines = sentences(12, seed=7)  # no blank line: every line has --nbest hypotheses
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    partial = tmp_path / "out.txt.partial"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    if existing:
+        target.write_text("the last good output\n", encoding="utf-8")
+        partial.write_text("left by a killed run\n" * 50, encoding="utf-8")
+    seen = fail_after_first_buffer(monkeypatch, error)
+    capsys.readouterr()
+    got = nmt(
+        "translate",
+        "-m",
+        trained.checkpoint,
+        "-i",
+        source,
+        "-o",
+        target,
+        "--threads",
+        1,
+        "--buffer-size",
+        4,
+        *options,
+    )
+    assert code == got
+    line = _one_line_error(capsys.readouterr().err)
+    assert len(seen) == 1
+    done = len(seen[0])
+    assert seen[0] == lines[:done]
+    assert line.startswith("nmt: error: ") and words in line
+    assert f"--output {target}" in line and f"after {done} lines; they are in {partial}" in line
+    if existing:
+        assert target.read_text(encoding="utf-8") == "the last good output\n"
+    else:
+        assert not target.exists()
+    nbest = 2 if options else 1
+    kept = read_exact_lines(partial, nbest * done)
+    if nbest == 1:
+        check_copy(lines[:done], kept)
+    else:
+        assert [int(row.split("\t")[0]) for row in kept] == [i for i in range(done) for _ in range(nbest)]
+
+
+class FullDisk(io.TextIOWrapper):
+    """A file on a disk that fills up during the second write: half of it goes out, then ENOSPC."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        FullDisk.writes += 1
+        if FullDisk.writes == 2:
+            super().write(text[: len(text) // 2])
+            super().flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(text)
+
+
+def test_a_full_disk_keeps_the_complete_buffers_and_fails_in_one_line(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = sentences(12, seed=8)
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    partial = tmp_path / "out.txt.partial"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    real_open = Path.open
+
+    def open_(self: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if self == partial and mode == "w":
+            return FullDisk(real_open(self, "wb"), encoding="utf-8")
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(FullDisk, "writes", 0)
+    monkeypatch.setattr(Path, "open", open_)
+    capsys.readouterr()
+    code = nmt(
+        "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1, "--buffer-size", 4
+    )
+    assert code == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert FullDisk.writes == 2
+    assert f"--output {target}: cannot write (No space left on device)" in line
+    assert not target.exists()
+    # The half-written second buffer is cut off: the partial file holds the first buffer only.
+    done = int(line.split(" lines; they are in ")[0].rsplit(" ", 1)[1])
+    assert 1 <= done <= 4 and line.endswith(f"after {done} lines; they are in {partial}")
+    check_copy(lines[:done], read_exact_lines(partial, done))
+
+
+def test_a_stale_partial_file_is_replaced_by_a_successful_run(trained: TrainedRun, tmp_path: Path) -> None:
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("apple river\ngreen\n", encoding="utf-8")
+    (tmp_path / "out.txt.partial").write_text("left by a killed run\n" * 5, encoding="utf-8")
+    target.write_text("older output\n", encoding="utf-8")
+    assert nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 0
+    assert target.read_text(encoding="utf-8") == "apple river\ngreen\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+
+
+def test_min_len_is_an_option_and_a_negative_one_is_refused(trained: TrainedRun, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("a b c\n\nd e\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    args = ["-q", "translate", "-m", trained.checkpoint, "-i", src, "-o", out, "--threads", 1]
+    assert nmt(*args) == 0
+    copied = out.read_text(encoding="utf-8").split("\n")
+    assert nmt(*args, "--min-len", 20) == 0  # the copy model must go on past its natural end
+    longer = out.read_text(encoding="utf-8").split("\n")
+    assert copied[1] == longer[1] == ""  # an empty line stays empty
+    assert len(longer[0]) > len(copied[0]) and len(longer[2]) > len(copied[2])
+    assert nmt(*args, "--min-len", -1) == 2

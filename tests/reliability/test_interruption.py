@@ -7,6 +7,9 @@ with a checkpoint) are tested in tests/cli/test_train.py.
 The child process is `nmt train` with fsync slowed down (a slow disk): a save then takes long
 enough that a kill can be aimed at its two dangerous moments, while the temporary file is being
 written and between its rename and the update of checkpoint_last.pt.
+
+`nmt translate -o FILE` stopped by SIGINT or SIGKILL keeps the lines it finished in FILE.partial,
+complete and in order, and leaves FILE alone.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, nmt, subprocess_env, train_args
+from conftest import Corpus, TrainedRun, nmt, nmt_command, sentences, subprocess_env, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.model import Transformer
@@ -177,3 +180,46 @@ def test_stale_temporaries_of_dead_processes_are_removed(pid_alive: bool, tmp_pa
     checkpoint.remove_stale_temporaries(tmp_path)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(["checkpoint_5.pt", *(names if pid_alive else [])])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_stopped_translation_keeps_its_complete_lines_in_a_partial_file(
+    trained: TrainedRun, tmp_path: Path, sig: signal.Signals
+) -> None:
+    lines = sentences(50_000, seed=9)  # about a minute of work: the signal lands long before the end
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    partial = tmp_path / "out.txt.partial"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    args = ["-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target]
+    process = subprocess.Popen(
+        nmt_command(*args, "--buffer-size", 2, "--threads", 1),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not partial.exists() or partial.stat().st_size < 200:  # a few buffers are out
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "no translation came out"
+            time.sleep(0.01)
+        process.send_signal(sig)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not target.exists()
+    text = partial.read_text(encoding="utf-8")
+    assert text.endswith("\n")  # no line cut short
+    kept = text[:-1].split("\n")
+    assert 0 < len(kept) < len(lines)
+    exact = sum(hyp == src for hyp, src in zip(kept, lines, strict=False)) / len(kept)
+    assert exact >= 0.9, "the partial file does not hold the first lines in order"
+    if sig == signal.SIGINT:
+        assert process.returncode == 130
+        assert err.decode().strip() == (
+            f"nmt: error: --output {target}: interrupted after {len(kept):,} lines; they are in {partial}"
+        )
+    else:
+        assert process.returncode == -signal.SIGKILL
