@@ -216,6 +216,10 @@ def translate(
         float | None, typer.Option(help="Max output length = a * source length + b.")
     ] = None,
     max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
+    min_len: Annotated[
+        int | None,
+        typer.Option(help="Fewest target tokens before the end (0 allows an empty translation). Default: 1."),
+    ] = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
     batch_tokens: Annotated[int, typer.Option(help="Source tokens per batch.")] = 4096,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
@@ -235,6 +239,7 @@ def translate(
         lenpen_style=lenpen_style,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
+        min_len=min_len,
         nbest=nbest,
         batch_tokens=batch_tokens,
         buffer_size=buffer_size,

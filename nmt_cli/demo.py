@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             lenpen_style=None,
             max_len_a=None,
             max_len_b=None,
+            min_len=None,
             nbest=1,
             batch_tokens=4096,
             buffer_size=1000,
