@@ -25,6 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check nmt_cli tests bench
 	$(BIN)/ruff format --check nmt_cli tests bench
+	$(BIN)/mypy
 
 demo: $(STAMP)
 	$(BIN)/python -m nmt_cli.demo --out demo

@@ -16,10 +16,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 import torch
+from sentencepiece import SentencePieceProcessor
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig
@@ -39,8 +40,8 @@ class Translator:
 
     ensemble: Ensemble
     decode: DecodeConfig
-    src_spm: object
-    tgt_spm: object
+    src_spm: SentencePieceProcessor
+    tgt_spm: SentencePieceProcessor
     device: torch.device
     precision: str
     truncated: int = 0
@@ -74,7 +75,7 @@ def load_translator(
     device: torch.device,
     precision: str,
     decode: DecodeConfig | None = None,
-    **decode_overrides: object,
+    **decode_overrides: Any,
 ) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     models, spm_models, cfg = [], None, None

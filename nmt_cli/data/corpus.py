@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,7 @@ def _old_files(out: Path) -> set[str]:
     return {name for name in files if isinstance(name, str) and name == Path(name).name}
 
 
-def fingerprint(inputs: dict[str, tuple[Path, ...]], options: dict) -> str:
+def fingerprint(inputs: Mapping[str, tuple[Path, ...]], options: dict) -> str:
     """What decides a prepared corpus: the options and each input file's path, size and mtime."""
     stats = {
         split: [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]

@@ -82,6 +82,8 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 class Embedding(nn.Module):
     """Token embedding * sqrt(d_model) + position encoding, then dropout (§3.4, §3.5, §5.4)."""
 
+    table: Tensor  # the sinusoidal positions, a buffer (when positions are not learned)
+
     def __init__(self, tokens: nn.Embedding, d_model: int, max_positions: int, learned: bool, dropout: float):
         super().__init__()
         self.tokens = tokens

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -219,6 +220,11 @@ class Transformer(nn.Module):
         state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
         return self.decoder_norm(x), state
 
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder stack with its layers' type (nn.ModuleList hands out plain Modules)."""
+        return cast(list[DecoderLayer], list(self.decoder))
+
     def _target_mask(self, t: int, start: int, device: torch.device) -> tuple[Tensor | None, bool]:
         """Decoder self-attention of t new positions after `start` cached ones: (mask, is_causal)."""
         if self.cfg.attention_window == 0:
@@ -233,7 +239,7 @@ class Transformer(nn.Module):
 
     def init_state(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderState:
         """The state before the first target token; decode_step then takes `beam` rows per sentence."""
-        memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder]
+        memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
         return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -252,15 +258,16 @@ class Transformer(nn.Module):
         """
         index = range(len(self.decoder))[layer]  # IndexError for a layer the model does not have
         memory, src_mask = self.encode(src)
-        memory_kv = [block.cross_attn.project_kv(memory) for block in self.decoder[: index + 1]]
+        blocks = self.decoder_layers[: index + 1]
+        memory_kv = [block.cross_attn.project_kv(memory) for block in blocks]
         t = tgt_in.shape[1]
         x = self.tgt_embed(tgt_in)
         self_mask, is_causal = self._target_mask(t, 0, tgt_in.device)
         scores = self._residual_scores(x)
         scores_pair = (scores, scores) if scores is not None else None
-        for block, kv in zip(self.decoder[:index], memory_kv, strict=False):
+        for block, kv in zip(blocks[:index], memory_kv, strict=False):
             x, _, scores_pair = block(x, self_mask, is_causal, None, kv, src_mask, scores_pair)
-        return self.decoder[index].cross_attention_weights(
+        return blocks[index].cross_attention_weights(
             x, self_mask, is_causal, memory_kv[index], src_mask, scores_pair
         )
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,7 +133,7 @@ def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn
         return model
     # The model's buffers are constants (the sinusoid table), equal on every rank: no need to
     # broadcast them before every forward. (torch >= 2.12 renamed the option.)
-    no_buffer_sync = (
+    no_buffer_sync: dict[str, Any] = (
         {"forward_sync_buffers": False}
         if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
         else {"broadcast_buffers": False}

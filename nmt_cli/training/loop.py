@@ -16,6 +16,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -75,7 +76,7 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.received: str | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # whatever signal.signal returned
 
     def __enter__(self) -> StopSignal:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -156,7 +157,7 @@ def train(s: Session, resume: dict | None) -> str:
     cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
     net = distributed.wrap(model, world, s.device)  # what forward and backward go through
     optimizer = torch.optim.Adam(
-        model.parameters(), lr=0.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps, fused=True
+        model.parameters(), lr=0.0, betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps, fused=True
     )  # fused: one kernel for all parameters instead of several per tensor
     scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
     progress = Progress()
