@@ -21,8 +21,8 @@ import torch
 from common import DEFAULT_DATA, THREADS, emit
 from time_to_bleu import trained_model
 
-from nmt_cli.commands.translate import load_translator
 from nmt_cli.device import configure_cpu
+from nmt_cli.translator import load_translator
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -7,8 +7,8 @@ over (source, best hypothesis) gives the cross-attention of one decoder layer
 source pieces (columns), the mean over heads or one head. Translations go to stdout, one line
 per input line, as `nmt translate` writes them.
 
-Imports torch, numpy, the model, search, data, `commands.translate` (the loader) and
-`commands.plot` (figures; matplotlib only inside functions).
+Imports torch, numpy, the model, search, data, `translator` (the loader) and `figures`
+(matplotlib only inside functions).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.commands.plot import new_figure, require_matplotlib, save_figure
-from nmt_cli.commands.translate import Translator, load_translator
 from nmt_cli.config import BOS_ID, EOS_ID, ModelConfig
 from nmt_cli.data.text import check_readable, read_lines
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
+from nmt_cli.figures import new_figure, require_matplotlib, save_figure
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
 from nmt_cli.search import Hypothesis, translate_sentences
 from nmt_cli.training.precision import autocast
+from nmt_cli.translator import Translator, load_translator
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -13,9 +13,7 @@ matplotlib only inside functions.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,58 +26,16 @@ from rich.table import Table
 from rich.text import Text
 
 from nmt_cli.errors import InputError
+from nmt_cli.figures import check_picture_path, new_figure, require_matplotlib, save_figure
 from nmt_cli.report import MetricsLog, Reporter
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-EXTRA = "pip install 'nmt-cli[plot]'"
-FORMATS = (".png", ".svg")
-DPI = 100
 CURVES_SIZE = (11.0, 7.5)  # inches: 1100 x 750 pixels at DPI
 X_AXES = ("update", "wall")
 COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
 TRAIN_MARKS, VALID_MARKS = "•+x*", "◆#X@"
-
-
-def require_matplotlib() -> None:
-    """Fail with one line naming the extra when matplotlib is not installed."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise InputError(f"pictures need matplotlib, an optional extra: {EXTRA}") from None
-
-
-def new_figure(width: float, height: float) -> Figure:
-    """A figure on the Agg canvas (no pyplot, no display), laid out by matplotlib's constrained layout."""
-    require_matplotlib()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def check_picture_path(path: Path) -> str:
-    """The format of a picture file from its extension: 'png' or 'svg'."""
-    if path.suffix.lower() not in FORMATS:
-        raise InputError(f"{path}: cannot tell the picture format; end the name in .png or .svg")
-    return path.suffix.lower()[1:]
-
-
-def save_figure(figure: Figure, path: Path) -> None:
-    """Write atomically (temp file + rename) in the format of the extension."""
-    fmt = check_picture_path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        figure.savefig(tmp, format=fmt)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
 
 
 @dataclass

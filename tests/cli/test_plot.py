@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import TrainedRun, nmt, sentences
 
+from nmt_cli import figures
 from nmt_cli.commands import plot
 
 CURVE_LABELS = ["loss per target token", "BLEU", "learning rate", "tokens/s"]
@@ -101,7 +102,7 @@ def test_nmt_plot_writes_a_png_of_the_figure_size(tmp_path: Path) -> None:
     assert nmt("-q", "plot", tmp_path / "run", "-o", out) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = plot.CURVES_SIZE
-    assert image.imread(out).shape[:2] == (height * plot.DPI, width * plot.DPI)
+    assert image.imread(out).shape[:2] == (height * figures.DPI, width * figures.DPI)
     assert {p.name for p in tmp_path.iterdir()} == {"run", "curves.png"}  # no temporary file left
 
 

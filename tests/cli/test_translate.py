@@ -19,10 +19,10 @@ import torch
 from conftest import WORDS, Corpus, TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env
 
 from nmt_cli import checkpoint
-from nmt_cli.commands.translate import Translator
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.data import spm
 from nmt_cli.model import Transformer
+from nmt_cli.translator import Translator
 
 BLANK = ["", "   ", "\t", " \t "]
 

@@ -14,7 +14,8 @@ from conftest import TrainedRun, nmt_command, one_thread, subprocess_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nmt_cli.commands.translate import Translator, _translate_stream, load_translator
+from nmt_cli.commands.translate import _translate_stream
+from nmt_cli.translator import Translator, load_translator
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,0 +1,59 @@
+"""Pictures with matplotlib (an optional extra): a figure without pyplot or a display, and an
+atomic save in the format the file name asks for. Shared by `nmt plot` and `nmt attend`.
+Imports matplotlib only inside the functions, so that the toolkit runs without it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nmt_cli.errors import InputError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+EXTRA = "pip install 'nmt-cli[plot]'"
+FORMATS = (".png", ".svg")
+DPI = 100
+
+
+def require_matplotlib() -> None:
+    """Fail with one line naming the extra when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(f"pictures need matplotlib, an optional extra: {EXTRA}") from None
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A figure on the Agg canvas (no pyplot, no display), laid out by matplotlib's constrained layout."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def check_picture_path(path: Path) -> str:
+    """The format of a picture file from its extension: 'png' or 'svg'."""
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"{path}: cannot tell the picture format; end the name in .png or .svg")
+    return path.suffix.lower()[1:]
+
+
+def save_figure(figure: Figure, path: Path) -> None:
+    """Write atomically (temp file + rename) in the format of the extension."""
+    fmt = check_picture_path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        figure.savefig(tmp, format=fmt)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
