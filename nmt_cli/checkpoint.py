@@ -18,7 +18,7 @@ import torch
 
 from nmt_cli.config import ModelConfig, RunConfig, from_dict
 from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import process_alive
+from nmt_cli.files import atomic_write, process_alive
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -33,16 +33,10 @@ def numbered_name(update: int) -> str:
 def save(payload: dict, path: Path) -> None:
     """Write `payload` to `path` so that `path` is either the old file or the complete new one."""
     payload = {"format": FORMAT_VERSION, **payload}
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        with atomic_write(path, binary=True, durable=True) as stream:
+            torch.save(payload, stream)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise RunFailure(
             f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
             "choose another run directory"
@@ -58,14 +52,6 @@ def remove_stale_temporaries(checkpoint_dir: Path) -> None:
         match = TEMPORARY.match(entry.name)
         if match and int(match.group(1)) != os.getpid() and not process_alive(int(match.group(1))):
             entry.unlink(missing_ok=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load(path: Path) -> dict:

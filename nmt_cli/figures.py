@@ -4,12 +4,11 @@ Imports matplotlib only inside the functions, so that the toolkit runs without i
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_cli.errors import InputError
+from nmt_cli.files import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -48,12 +47,8 @@ def check_picture_path(path: Path) -> str:
 def save_figure(figure: Figure, path: Path) -> None:
     """Write atomically (temp file + rename) in the format of the extension."""
     fmt = check_picture_path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        figure.savefig(tmp, format=fmt)
-        os.replace(tmp, path)
+        with atomic_write(path, binary=True) as stream:
+            figure.savefig(stream, format=fmt)
     except OSError as err:
         raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)

@@ -6,7 +6,6 @@ Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK (docs/
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -16,6 +15,7 @@ from nmt_cli.config import RunConfig, dump_toml, load_recipe, to_dict, with_over
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
+from nmt_cli.files import atomic_write
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.report import Reporter
 from nmt_cli.training import distributed
@@ -139,6 +139,5 @@ def resolve_config(
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_write(path) as stream:
+        stream.write(text)
