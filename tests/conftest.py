@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from nmt_cli.cli import main
+from nmt_cli.config import ModelConfig
+from nmt_cli.model import Transformer
 
 WORDS = (
     "apple river stone cloud green music paper tiger silver window orange garden yellow friend summer winter"
@@ -201,3 +203,22 @@ def trained(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Trained
     return TrainedRun(
         run_dir, run_dir / "checkpoints" / "checkpoint_last.pt", TRAINED_UPDATES, TRAINED_SAVE_EVERY
     )
+
+
+def tiny_model(vocab: int = 40, seed: int = 0, **overrides: object) -> Transformer:
+    """A small Transformer in eval mode for the model, search and attention tests: 2+2 layers,
+    d_model 32, 4 heads of 8, no dropout; any ModelConfig field can be overridden."""
+    torch.manual_seed(seed)
+    fields: dict = {
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "d_model": 32,
+        "d_ff": 64,
+        "heads": 4,
+        "d_k": 8,
+        "d_v": 8,
+        "dropout": 0.0,
+        "max_positions": 64,
+    }
+    fields.update(overrides)
+    return Transformer(ModelConfig(**fields, src_vocab_size=vocab, tgt_vocab_size=vocab)).eval()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, PAD_ID, ModelConfig
-from nmt_cli.model import Transformer
+from nmt_cli.config import BOS_ID, PAD_ID
 
 VOCAB = 40
 HEADS = 4
@@ -28,25 +28,6 @@ VARIANTS = {
 }
 
 
-def tiny(**overrides: object) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        encoder_layers=2,
-        decoder_layers=3,
-        d_model=32,
-        d_ff=64,
-        heads=HEADS,
-        d_k=8,
-        d_v=8,
-        dropout=0.0,
-        max_positions=64,
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-        **overrides,
-    )
-    return Transformer(cfg).eval()
-
-
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
     """src (2, 9) whose second row ends in 3 pads; tgt_in (2, 6) starting with BOS."""
     g = torch.Generator().manual_seed(1)
@@ -60,7 +41,7 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("layer", [0, 1, -1])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_weights_sum_to_one_over_the_real_source_at_every_target_position(variant: str, layer: int) -> None:
-    model = tiny(**VARIANTS[variant])
+    model = tiny_model(decoder_layers=3, **VARIANTS[variant])
     src, tgt = padded_batch()
     with torch.no_grad():
         weights = model.cross_attention(src, tgt, layer)
@@ -75,7 +56,7 @@ def test_weights_sum_to_one_over_the_real_source_at_every_target_position(varian
 def test_weights_are_the_ones_the_model_attends_with(variant: str, layer: int) -> None:
     """softmax(QK^T/sqrt(d_k)) V W^O from the returned weights equals the cross-attention
     sub-layer's output in the model's own forward pass (SDPA, or RealFormer's explicit path)."""
-    model = tiny(**VARIANTS[variant])
+    model = tiny_model(decoder_layers=3, **VARIANTS[variant])
     src, tgt = padded_batch()
     attn = model.decoder[layer].cross_attn
     seen: list[torch.Tensor] = []
@@ -94,7 +75,7 @@ def test_weights_are_the_ones_the_model_attends_with(variant: str, layer: int) -
 
 
 def test_capturing_attention_leaves_the_model_and_its_outputs_unchanged() -> None:
-    model = tiny()
+    model = tiny_model(decoder_layers=3)
     src, tgt = padded_batch()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
@@ -107,7 +88,7 @@ def test_capturing_attention_leaves_the_model_and_its_outputs_unchanged() -> Non
 
 
 def test_a_layer_the_model_does_not_have_is_refused() -> None:
-    model = tiny()
+    model = tiny_model(decoder_layers=3)
     src, tgt = padded_batch()
     with pytest.raises(IndexError):
         model.cross_attention(src, tgt, 3)

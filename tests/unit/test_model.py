@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
-from nmt_cli.model import Transformer
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.model.layers import dropout
 
 VOCAB = 40
@@ -24,25 +24,6 @@ VARIANTS = {
 }
 
 
-def tiny(**overrides) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        encoder_layers=2,
-        decoder_layers=2,
-        d_model=32,
-        d_ff=64,
-        heads=4,
-        d_k=8,
-        d_v=8,
-        dropout=0.0,
-        max_positions=64,
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-        **overrides,
-    )
-    return Transformer(cfg).eval()
-
-
 def rand_tokens(b: int, t: int, seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(4, VOCAB, (b, t), generator=g)
@@ -55,7 +36,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_future_target_tokens_never_change_earlier_outputs(variant, dtype):
-    model = tiny(**VARIANTS[variant]).to(DTYPES[dtype])
+    model = tiny_model(**VARIANTS[variant]).to(DTYPES[dtype])
     src, tgt = rand_tokens(2, 7), rand_tokens(2, 6, seed=2)
     changed = tgt.clone()
     changed[:, 4:] = rand_tokens(2, 2, seed=3)
@@ -67,7 +48,7 @@ def test_future_target_tokens_never_change_earlier_outputs(variant, dtype):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padding_a_batch_never_changes_real_positions(variant):
-    model = tiny(**VARIANTS[variant])
+    model = tiny_model(**VARIANTS[variant])
     src, tgt = rand_tokens(1, 5), rand_tokens(1, 4, seed=2)
     padded_src = torch.cat([src, torch.full((1, 3), PAD_ID)], dim=1)
     padded_tgt = torch.cat([tgt, torch.full((1, 2), PAD_ID)], dim=1)
@@ -79,7 +60,7 @@ def test_padding_a_batch_never_changes_real_positions(variant):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_padded_source_positions_receive_no_attention(dtype):
-    model = tiny().to(DTYPES[dtype])
+    model = tiny_model().to(DTYPES[dtype])
     src = torch.cat([rand_tokens(2, 5), torch.full((2, 4), PAD_ID)], dim=1)
     tgt = rand_tokens(2, 6, seed=2)
     with torch.no_grad():
@@ -94,7 +75,7 @@ def test_padded_source_positions_receive_no_attention(dtype):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_bf16_outputs_follow_fp32_outputs(variant):
-    model = tiny(**VARIANTS[variant])
+    model = tiny_model(**VARIANTS[variant])
     src = torch.cat([rand_tokens(3, 6), torch.full((3, 2), PAD_ID)], dim=1)
     tgt = rand_tokens(3, 5, seed=2)
     with torch.no_grad():
@@ -107,7 +88,7 @@ def test_bf16_outputs_follow_fp32_outputs(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_equals_full_forward(variant):
-    model = tiny(**VARIANTS[variant])
+    model = tiny_model(**VARIANTS[variant])
     src = torch.cat([rand_tokens(3, 6), torch.full((3, 2), PAD_ID)], dim=1)
     src[0, 6:] = rand_tokens(1, 2, seed=5)  # rows of different lengths
     tgt = torch.cat([torch.full((3, 1), BOS_ID), rand_tokens(3, 7, seed=2)], dim=1)
@@ -123,7 +104,7 @@ def test_incremental_decoding_equals_full_forward(variant):
 
 
 def test_reordering_the_state_follows_the_rows():
-    model = tiny()
+    model = tiny_model()
     src, tgt = rand_tokens(3, 5), rand_tokens(3, 3, seed=2)
     with torch.no_grad():
         memory, mask = model.encode(src)
@@ -137,38 +118,24 @@ def test_reordering_the_state_follows_the_rows():
 
 
 def test_weight_sharing_is_three_way_with_a_joint_vocabulary():
-    model = tiny()
+    model = tiny_model()
     assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
     assert model.output_proj is None
-    separate = tiny(joint_vocab=False)
+    separate = tiny_model(joint_vocab=False)
     assert separate.src_embed.tokens.weight is not separate.tgt_embed.tokens.weight
-    unshared = tiny(share_embeddings=False)
+    unshared = tiny_model(share_embeddings=False)
     assert unshared.output_proj is not None
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model():
-    model = tiny()
+    model = tiny_model()
     ids = torch.tensor([[5]])
     expected = model.src_embed.tokens.weight[5] * 32**0.5 + model.src_embed.table[0]
     torch.testing.assert_close(model.src_embed(ids)[0, 0], expected)
 
 
 def test_a_tiny_model_overfits_a_handful_of_pairs():
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        encoder_layers=2,
-        decoder_layers=2,
-        d_model=64,
-        d_ff=128,
-        heads=4,
-        d_k=16,
-        d_v=16,
-        dropout=0.0,
-        max_positions=32,
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-    )
-    model = Transformer(cfg)
+    model = tiny_model(VOCAB, d_model=64, d_ff=128, d_k=16, d_v=16, max_positions=32).train()
     src = rand_tokens(8, 6)
     target = src.flip(1)  # learn to reverse
     tgt_in = torch.cat([torch.full((8, 1), BOS_ID), target], dim=1)
@@ -224,7 +191,7 @@ WINDOWED = {
 @pytest.mark.parametrize("variant", WINDOWED)
 def test_padding_far_beyond_the_window_changes_nothing_and_stays_finite(variant, dtype):
     # Ten pads after three tokens: the last pads are further than the radius from any real token.
-    model = tiny(**WINDOWED[variant]).to(DTYPES[dtype])
+    model = tiny_model(**WINDOWED[variant]).to(DTYPES[dtype])
     short, long_ = rand_tokens(1, 3), rand_tokens(1, 13, seed=4)
     src = torch.cat([torch.cat([short, torch.full((1, 10), PAD_ID)], dim=1), long_])
     tgt = torch.cat([torch.full((2, 1), BOS_ID), rand_tokens(2, 4, seed=2)], dim=1)
@@ -245,7 +212,7 @@ def test_padding_far_beyond_the_window_changes_nothing_and_stays_finite(variant,
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", WINDOWED)
 def test_training_with_padding_far_beyond_the_window_has_finite_gradients(variant, dtype):
-    model = tiny(**WINDOWED[variant]).to(DTYPES[dtype]).train()
+    model = tiny_model(**WINDOWED[variant]).to(DTYPES[dtype]).train()
     src = torch.cat([torch.cat([rand_tokens(1, 2), torch.full((1, 12), PAD_ID)], dim=1), rand_tokens(1, 14)])
     tgt = rand_tokens(2, 5, seed=2)
     loss = F.cross_entropy(model(src, tgt[:, :-1]).float().flatten(0, 1), tgt[:, 1:].flatten())
@@ -258,7 +225,7 @@ def test_training_with_padding_far_beyond_the_window_has_finite_gradients(varian
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_cached_decoding_of_several_new_tokens_equals_full_recompute(variant, dtype):
     # Prefix or forced decoding feeds several tokens at once after a cache: 2, then 4, then 1.
-    model = tiny(**VARIANTS[variant]).to(DTYPES[dtype])
+    model = tiny_model(**VARIANTS[variant]).to(DTYPES[dtype])
     src = torch.cat([rand_tokens(2, 6), torch.full((2, 2), PAD_ID)], dim=1)
     tgt = torch.cat([torch.full((2, 1), BOS_ID), rand_tokens(2, 6, seed=2)], dim=1)
     with torch.no_grad():

@@ -4,29 +4,15 @@ import itertools
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.model import Transformer
 from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
 
 
 def tiny(vocab: int, seed: int = 0, **variant) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        **variant,
-        encoder_layers=2,
-        decoder_layers=2,
-        d_model=32,
-        d_ff=64,
-        heads=4,
-        d_k=8,
-        d_v=8,
-        dropout=0.0,
-        max_positions=64,
-        src_vocab_size=vocab,
-        tgt_vocab_size=vocab,
-    )
-    model = Transformer(cfg).eval()
+    model = tiny_model(vocab, seed, **variant)
     with torch.no_grad():  # sharper distributions than the initialisation gives, so search matters
         model.tgt_embed.tokens.weight.mul_(8.0)
     return model
