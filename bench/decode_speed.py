@@ -21,6 +21,7 @@ import torch
 from common import DEFAULT_DATA, THREADS, emit
 from time_to_bleu import trained_model
 
+from nmt_cli.config import DecodeOverrides
 from nmt_cli.device import configure_cpu
 from nmt_cli.translator import load_translator
 
@@ -46,16 +47,14 @@ def main(argv: list[str] | None = None) -> dict:
     }
     for precision in ("fp32", "bf16"):
         for name, beam in (("beam4", 4), ("greedy", 1)):
-            translator = load_translator(
-                [model],
-                torch.device("cpu"),
-                precision,
+            overrides = DecodeOverrides(
                 beam=beam,
                 lenpen=result["decode_lenpen"],
                 lenpen_style=result["decode_lenpen_style"],
                 max_len_a=result["decode_max_len_a"],
                 max_len_b=result["decode_max_len_b"],
             )
+            translator = load_translator([model], torch.device("cpu"), precision, overrides)
             translator.translate(source[:100], args.batch_tokens)  # warm-up
             start = time.perf_counter()
             hyps = translator.translate(source, args.batch_tokens)

@@ -197,55 +197,58 @@ def average(
     )
 
 
+# Options that several commands take, declared once.
+Beam = Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")]
+Lenpen = Annotated[float | None, typer.Option(help="Length penalty alpha.")]
+LenpenStyle = Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")]
+MaxLenA = Annotated[float | None, typer.Option(help="Max output length = a * source length + b.")]
+MaxLenB = Annotated[int | None, typer.Option(help="See --max-len-a.")]
+MinLen = Annotated[
+    int | None,
+    typer.Option(help="Fewest target tokens before the end (0 allows an empty translation). Default: 1."),
+]
+BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
+Input = Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")]
+
+
 @app.command(
     epilog="Examples: echo 'A man rides a bike.' | nmt translate -m avg.pt\n\n"
     "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6"
 )
 def translate(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")],
-    input_: Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")] = None,
+    input_: Input = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Output text (default: stdout).")
     ] = None,
-    beam: Annotated[
-        int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")
-    ] = None,
-    lenpen: Annotated[float | None, typer.Option(help="Length penalty alpha.")] = None,
-    lenpen_style: Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")] = None,
-    max_len_a: Annotated[
-        float | None, typer.Option(help="Max output length = a * source length + b.")
-    ] = None,
-    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
-    min_len: Annotated[
-        int | None,
-        typer.Option(help="Fewest target tokens before the end (0 allows an empty translation). Default: 1."),
-    ] = None,
+    beam: Beam = None,
+    lenpen: Lenpen = None,
+    lenpen_style: LenpenStyle = None,
+    max_len_a: MaxLenA = None,
+    max_len_b: MaxLenB = None,
+    min_len: MinLen = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
-    batch_tokens: Annotated[int, typer.Option(help="Source tokens per batch.")] = 4096,
+    batch_tokens: BatchTokens = 4096,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Device = "auto",
     precision: Annotated[str, typer.Option(help="bf16 or fp32.")] = "fp32",
-    threads: Annotated[int, typer.Option(help="CPU threads (0: torch's default).")] = 0,
+    threads: Threads = 0,
 ) -> None:
     """Translate text with beam search (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
+    from nmt_cli.config import DecodeOverrides, RuntimeConfig
 
     command.run(
         models=model,
         input_path=input_,
         output_path=output,
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
+        decode=DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len),
+        runtime=RuntimeConfig(device, precision, threads),
         nbest=nbest,
         batch_tokens=batch_tokens,
         buffer_size=buffer_size,
-        device=device,
-        precision=precision,
-        threads=threads,
         quiet=Globals.quiet,
     )
 
@@ -257,22 +260,19 @@ def translate(
 def attend(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
     out_dir: Annotated[Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).")],
-    input_: Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")] = None,
+    input_: Input = None,
     layer: Annotated[int | None, typer.Option(help="Decoder layer, 1..N (default: the last).")] = None,
     head: Annotated[int | None, typer.Option(help="Head, 1..h (default: the mean over heads).")] = None,
     format_: Annotated[str, typer.Option("--format", help="png or svg.")] = "png",
-    beam: Annotated[
-        int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")
-    ] = None,
-    lenpen: Annotated[float | None, typer.Option(help="Length penalty alpha.")] = None,
-    lenpen_style: Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")] = None,
-    max_len_a: Annotated[
-        float | None, typer.Option(help="Max output length = a * source length + b.")
-    ] = None,
-    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a.")] = None,
-    batch_tokens: Annotated[int, typer.Option(help="Source tokens per batch.")] = 4096,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    threads: Annotated[int, typer.Option(help="CPU threads (0: torch's default).")] = 0,
+    beam: Beam = None,
+    lenpen: Lenpen = None,
+    lenpen_style: LenpenStyle = None,
+    max_len_a: MaxLenA = None,
+    max_len_b: MaxLenB = None,
+    min_len: MinLen = None,
+    batch_tokens: BatchTokens = 4096,
+    device: Device = "auto",
+    threads: Threads = 0,
 ) -> None:
     """Translate, and draw the encoder-decoder attention of each translation (needs matplotlib).
 
@@ -280,6 +280,7 @@ def attend(
     a picture of target pieces (rows) by source pieces (columns); the search is untouched.
     """
     from nmt_cli.commands import attend as command
+    from nmt_cli.config import DecodeOverrides, RuntimeConfig
 
     command.run(
         model=model,
@@ -288,14 +289,9 @@ def attend(
         layer=layer,
         head=head,
         fmt=format_,
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
+        decode=DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len),
+        runtime=RuntimeConfig(device, "fp32", threads),
         batch_tokens=batch_tokens,
-        device=device,
-        threads=threads,
         quiet=Globals.quiet,
     )
 

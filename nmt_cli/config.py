@@ -218,6 +218,37 @@ class DecodeConfig:
             _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
 
 
+@dataclass(frozen=True)
+class DecodeOverrides:
+    """Decode settings given on the command line; None keeps the checkpoint's recipe value."""
+
+    beam: int | None = None
+    lenpen: float | None = None
+    lenpen_style: str | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    min_len: int | None = None
+
+    def apply(self, base: DecodeConfig, where: str) -> DecodeConfig:
+        """`base` with the given settings in place, validated."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        settings = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+        settings.validate(where)
+        return settings
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how a command computes: not part of a recipe, never stored in a checkpoint."""
+
+    device: str = "auto"
+    """auto, cpu or cuda (cuda:N)."""
+    precision: str = "fp32"
+    """fp32, bf16 or fp16; which ones a command accepts is its own check."""
+    threads: int = 0
+    """CPU threads; 0 keeps torch's default."""
+
+
 @dataclass
 class AverageConfig:
     """Checkpoint averaging (§6.1: base the last 5, big the last 20)."""

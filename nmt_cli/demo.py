@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from nmt_cli.commands import average, prepare, score, train, translate
+from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.errors import NmtError
 
 ONES_EN = (
@@ -177,18 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             models=[out / "average.pt"],
             input_path=c / "test.en",
             output_path=out / "test.hyp.de",
-            beam=None,
-            lenpen=None,
-            lenpen_style=None,
-            max_len_a=None,
-            max_len_b=None,
-            min_len=None,
+            decode=DecodeOverrides(),
+            runtime=RuntimeConfig("cpu", "fp32", 0),
             nbest=1,
             batch_tokens=4096,
             buffer_size=1000,
-            device="cpu",
-            precision="fp32",
-            threads=0,
             quiet=args.quiet,
         )
         for line_en, line_hyp in zip(

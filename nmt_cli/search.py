@@ -80,12 +80,11 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) ->
 
 
 @torch.inference_mode()
-def greedy_search(
-    ensemble: Ensemble, src: Tensor, max_len_a: float, max_len_b: int, min_len: int = 1
-) -> list[list[Hypothesis]]:
-    """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch."""
+def greedy_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch.
+    Of `cfg`, only the length limits apply."""
     n, device = src.shape[0], src.device
-    limit = max_lengths(src, max_len_a, max_len_b, ensemble.max_positions)
+    limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     states = ensemble.start(src, 1)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
@@ -93,7 +92,7 @@ def greedy_search(
     tokens = torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
     for t in range(int(limit.max())):
         log_probs, states = ensemble.step(tokens, states)  # (A, V)
-        _constrain_length(log_probs, t, limit[active], min_len)
+        _constrain_length(log_probs, t, limit[active], cfg.min_len)
         best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
@@ -112,25 +111,15 @@ def _strip(row: list[int]) -> list[int]:
 
 
 @torch.inference_mode()
-def beam_search(
-    ensemble: Ensemble,
-    src: Tensor,
-    beam: int,
-    lenpen: float,
-    lenpen_style: str,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int = 1,
-    min_len: int = 1,
-) -> list[list[Hypothesis]]:
+def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first.
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
     hypothesis (scored with the length penalty); the first K others continue. A sentence
     is done when K hypotheses have finished or it reaches its maximum length.
     """
-    n, k, device = src.shape[0], beam, src.device
-    limit = max_lengths(src, max_len_a, max_len_b, ensemble.max_positions)
+    n, k, device = src.shape[0], cfg.beam, src.device
+    limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
     states = ensemble.start(src, k)
     fin_scores = torch.full((n, k), float("-inf"), device=device)
@@ -145,7 +134,7 @@ def beam_search(
     for t in range(max_steps):
         log_probs, states = ensemble.step(tokens, states)  # (A*K, V)
         a, vocab = active.numel(), log_probs.shape[-1]
-        _constrain_length(log_probs, t, limit[active].repeat_interleave(k), min_len)
+        _constrain_length(log_probs, t, limit[active].repeat_interleave(k), cfg.min_len)
         cand = (scores.unsqueeze(-1) + log_probs.view(a, k, vocab)).view(a, k * vocab)
         top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
         top_beam, top_tok = top_idx // vocab, top_idx % vocab
@@ -158,7 +147,7 @@ def beam_search(
         if bool(finish.any()):
             row, col = finish.nonzero(as_tuple=True)
             sent, s = active[row], slot[row, col]
-            fin_scores[sent, s] = top_scores[row, col] / length_penalty(t + 1, lenpen, lenpen_style)
+            fin_scores[sent, s] = top_scores[row, col] / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
             fin_tokens[sent, s, :t] = history[row, top_beam[row, col]]
             fin_tokens[sent, s, t] = EOS_ID
             fin_count[active] += finish.sum(dim=1)
@@ -196,20 +185,12 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
 
 
 def translate_batch(
-    ensemble: Ensemble,
-    src: Tensor,
-    beam: int,
-    lenpen: float,
-    lenpen_style: str,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int = 1,
-    min_len: int = 1,
+    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1
 ) -> list[list[Hypothesis]]:
     """Greedy search for beam 1 (the fast path), beam search otherwise."""
-    if beam == 1 and nbest == 1:
-        return greedy_search(ensemble, src, max_len_a, max_len_b, min_len)
-    return beam_search(ensemble, src, beam, lenpen, lenpen_style, max_len_a, max_len_b, nbest, min_len)
+    if cfg.beam == 1 and nbest == 1:
+        return greedy_search(ensemble, src, cfg)
+    return beam_search(ensemble, src, cfg, nbest)
 
 
 def translate_sentences(
@@ -229,17 +210,7 @@ def translate_sentences(
     budget = max(batch_tokens // max(cfg.beam, 1), int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(
-            ensemble,
-            src,
-            cfg.beam,
-            cfg.lenpen,
-            cfg.lenpen_style,
-            cfg.max_len_a,
-            cfg.max_len_b,
-            nbest,
-            cfg.min_len,
-        )
+        hyps = translate_batch(ensemble, src, cfg, nbest)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

@@ -6,16 +6,15 @@ numpy, `checkpoint`, `config`, the model, search, `data.spm` and `errors`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
 
 from nmt_cli import checkpoint
-from nmt_cli.config import DecodeConfig
+from nmt_cli.config import DecodeConfig, DecodeOverrides
 from nmt_cli.data import spm
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
@@ -63,8 +62,7 @@ def load_translator(
     paths: list[Path],
     device: torch.device,
     precision: str,
-    decode: DecodeConfig | None = None,
-    **decode_overrides: Any,
+    overrides: DecodeOverrides = DecodeOverrides(),
 ) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     models, spm_models, cfg = [], None, None
@@ -82,11 +80,9 @@ def load_translator(
         model.load_state_dict(payload["model"])
         models.append(model.eval().to(device))
     assert cfg is not None and spm_models is not None
-    settings = replace(decode or cfg.decode, **{k: v for k, v in decode_overrides.items() if v is not None})
-    settings.validate("translate options")
     return Translator(
         Ensemble(models),
-        settings,
+        overrides.apply(cfg.decode, "translate options"),
         spm.load_processor(spm_models["src"]),
         spm.load_processor(spm_models["tgt"]),
         device,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.config import BOS_ID, EOS_ID, ModelConfig
+from nmt_cli.config import BOS_ID, EOS_ID, DecodeOverrides, ModelConfig, RuntimeConfig
 from nmt_cli.data.text import check_readable, read_lines
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
@@ -89,14 +89,9 @@ def run(
     layer: int | None,
     head: int | None,
     fmt: str,
-    beam: int | None,
-    lenpen: float | None,
-    lenpen_style: str | None,
-    max_len_a: float | None,
-    max_len_b: int | None,
+    decode: DecodeOverrides,
+    runtime: RuntimeConfig,
     batch_tokens: int,
-    device: str,
-    threads: int,
     quiet: bool,
 ) -> None:
     reporter = Reporter(quiet)
@@ -109,18 +104,10 @@ def run(
         check_readable(input_path, f"--input {input_path}")
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out-dir {out_dir}: is a file, expected a directory")
-    configure_cpu(threads)
-    dev = resolve_device(device)
-    translator = load_translator(
-        [model],
-        dev,
-        "fp32",
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-    )
+    configure_cpu(runtime.threads)
+    dev = resolve_device(runtime.device)
+    # Attention pictures are drawn from an fp32 pass, whatever precision translation could use.
+    translator = load_translator([model], dev, "fp32", decode)
     net = translator.ensemble.models[0]
     layer_index, head_index = check_choice(net.cfg, layer, head)
     source = input_path if input_path is not None else sys.stdin.buffer

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure
@@ -28,39 +29,22 @@ def run(
     models: list[Path],
     input_path: Path | None,
     output_path: Path | None,
-    beam: int | None,
-    lenpen: float | None,
-    lenpen_style: str | None,
-    max_len_a: float | None,
-    max_len_b: int | None,
-    min_len: int | None,
+    decode: DecodeOverrides,
+    runtime: RuntimeConfig,
     nbest: int,
     batch_tokens: int,
     buffer_size: int,
-    device: str,
-    precision: str,
-    threads: int,
     quiet: bool,
 ) -> None:
     reporter = Reporter(quiet)
-    configure_cpu(threads)
-    dev = resolve_device(device)
-    check_precision(precision, dev, ("bf16", "fp32"))
+    configure_cpu(runtime.threads)
+    dev = resolve_device(runtime.device)
+    check_precision(runtime.precision, dev, ("bf16", "fp32"))
     if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
-    translator = load_translator(
-        models,
-        dev,
-        precision,
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
-    )
+    translator = load_translator(models, dev, runtime.precision, decode)
     if nbest > translator.decode.beam:
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.model import Transformer
 from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
 
@@ -16,6 +16,12 @@ def tiny(vocab: int, seed: int = 0, **variant) -> Transformer:
     with torch.no_grad():  # sharper distributions than the initialisation gives, so search matters
         model.tgt_embed.tokens.weight.mul_(8.0)
     return model
+
+
+def decoding(beam: int, lenpen: float, style: str, a: float, b: int, min_len: int = 1) -> DecodeConfig:
+    return DecodeConfig(
+        beam=beam, lenpen=lenpen, lenpen_style=style, max_len_a=a, max_len_b=b, min_len=min_len
+    )
 
 
 def sources(vocab: int, rows: int = 5) -> torch.Tensor:
@@ -30,8 +36,8 @@ def sources(vocab: int, rows: int = 5) -> torch.Tensor:
 def test_beam_one_equals_greedy():
     model = tiny(30)
     src = sources(30)
-    greedy = greedy_search(Ensemble([model]), src, 1.0, 5)
-    beam = beam_search(Ensemble([model]), src, 1, 0.6, "gnmt", 1.0, 5)
+    greedy = greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
+    beam = beam_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
 
 
@@ -65,9 +71,11 @@ def test_a_wide_beam_finds_the_exhaustive_best(limit, beam, style, min_len):
         model = tiny(vocab, seed)
         src = torch.tensor([[4, 5, 4, EOS_ID]])
         best = exhaustive_best(model, src, limit, 1.0, style, min_len)
-        found = beam_search(Ensemble([model]), src, beam, 1.0, style, 0.0, limit - 1, min_len=min_len)
+        found = beam_search(
+            Ensemble([model]), src, decoding(beam, 1.0, style, 0.0, limit - 1, min_len=min_len)
+        )
         assert found[0][0].tokens == best
-        greedy = beam_search(Ensemble([model]), src, 1, 1.0, style, 0.0, limit - 1, min_len=min_len)
+        greedy = beam_search(Ensemble([model]), src, decoding(1, 1.0, style, 0.0, limit - 1, min_len=min_len))
         greedy_missed += greedy[0][0].tokens != best
     assert greedy_missed > 0  # the cases are hard enough that a narrow search gets some wrong
 
@@ -101,19 +109,19 @@ def test_incremental_and_full_recompute_decoding_agree(variant):
     model = tiny(30, **variant)
     src = sources(30)
     with torch.inference_mode():
-        fast = beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 1.0, 6, nbest=4)
-        slow = beam_search(Recompute([model]), src, 4, 0.6, "gnmt", 1.0, 6, nbest=4)
+        fast = beam_search(Ensemble([model]), src, decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4)
+        slow = beam_search(Recompute([model]), src, decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4)
         assert [[h.tokens for h in hs] for hs in fast] == [[h.tokens for h in hs] for hs in slow]
         for hs, gs in zip(fast, slow, strict=True):
             assert [h.score for h in hs] == pytest.approx([g.score for g in gs], abs=1e-4)
-        greedy_fast = greedy_search(Ensemble([model]), src, 1.0, 6)
-        greedy_slow = greedy_search(Recompute([model]), src, 1.0, 6)
+        greedy_fast = greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
+        greedy_slow = greedy_search(Recompute([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
     assert [h[0].tokens for h in greedy_fast] == [h[0].tokens for h in greedy_slow]
 
 
 def test_nbest_is_sorted_and_distinct():
     model = tiny(30)
-    hyps = beam_search(Ensemble([model]), sources(30), 5, 0.6, "gnmt", 1.0, 5, nbest=5)
+    hyps = beam_search(Ensemble([model]), sources(30), decoding(5, 0.6, "gnmt", 1.0, 5), nbest=5)
     for sentence in hyps:
         scores = [h.score for h in sentence]
         assert scores == sorted(scores, reverse=True)
@@ -123,8 +131,8 @@ def test_nbest_is_sorted_and_distinct():
 def test_an_ensemble_of_identical_models_decodes_like_one():
     model = tiny(30)
     src = sources(30)
-    one = beam_search(Ensemble([model]), src, 3, 0.6, "gnmt", 1.0, 5)
-    two = beam_search(Ensemble([model, model]), src, 3, 0.6, "gnmt", 1.0, 5)
+    one = beam_search(Ensemble([model]), src, decoding(3, 0.6, "gnmt", 1.0, 5))
+    two = beam_search(Ensemble([model, model]), src, decoding(3, 0.6, "gnmt", 1.0, 5))
     assert [h[0].tokens for h in one] == [h[0].tokens for h in two]
 
 
@@ -132,8 +140,8 @@ def test_outputs_respect_the_maximum_length():
     model = tiny(30)
     src = sources(30)
     for hyps in (
-        beam_search(Ensemble([model]), src, 4, 0.6, "gnmt", 0.0, 3),
-        greedy_search(Ensemble([model]), src, 0.0, 3),
+        beam_search(Ensemble([model]), src, decoding(4, 0.6, "gnmt", 0.0, 3)),
+        greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 0.0, 3)),
     ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)
 
@@ -151,21 +159,25 @@ class EndsAtOnce(Ensemble):
 def test_a_non_empty_source_gets_a_non_empty_translation(beam):
     model, src = tiny(30), sources(30)
     nbest = beam  # every hypothesis of the n-best list, not only the best
-    hyps = beam_search(EndsAtOnce([model]), src, beam, 0.6, "gnmt", 1.0, 5, nbest=nbest)
+    hyps = beam_search(EndsAtOnce([model]), src, decoding(beam, 0.6, "gnmt", 1.0, 5), nbest=nbest)
     assert all(len(h.tokens) >= 1 for sentence in hyps for h in sentence)
     assert all(len(sentence) == nbest for sentence in hyps)
-    greedy = greedy_search(EndsAtOnce([model]), src, 1.0, 5)
+    greedy = greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
     assert all(len(h[0].tokens) >= 1 for h in greedy)
 
 
 def test_min_len_zero_allows_an_empty_translation_and_max_len_wins_over_min_len():
     model, src = tiny(30), sources(30)
-    assert all(h[0].tokens == [] for h in greedy_search(EndsAtOnce([model]), src, 1.0, 5, min_len=0))
     assert all(
-        h[0].tokens == [] for h in beam_search(EndsAtOnce([model]), src, 4, 0.6, "gnmt", 1.0, 5, min_len=0)
+        h[0].tokens == []
+        for h in greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5, min_len=0))
     )
-    longer = greedy_search(EndsAtOnce([model]), src, 1.0, 5, min_len=3)
+    assert all(
+        h[0].tokens == []
+        for h in beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 1.0, 5, min_len=0))
+    )
+    longer = greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5, min_len=3))
     assert all(len(h[0].tokens) == 3 for h in longer)
     # max_len_a 0, max_len_b 2: at most two tokens before EOS, whatever min_len asks.
-    capped = beam_search(EndsAtOnce([model]), src, 4, 0.6, "gnmt", 0.0, 2, min_len=10)
+    capped = beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 0.0, 2, min_len=10))
     assert all(len(h[0].tokens) == 2 for h in capped)
