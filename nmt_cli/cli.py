@@ -115,7 +115,7 @@ def prepare(
     """
     from nmt_cli.commands import prepare as command
 
-    command.run(
+    config = command.PrepareConfig(
         train=train,
         valid=valid,
         test=test,
@@ -132,8 +132,8 @@ def prepare(
         errors=errors,
         byte_fallback=byte_fallback,
         normalization=normalization,
-        quiet=Globals.quiet,
     )
+    command.run(config, quiet=Globals.quiet)
 
 
 @app.command(
@@ -158,17 +158,14 @@ def train(
 ) -> None:
     """Train a Transformer (resumes an existing run directory)."""
     from nmt_cli.commands import train as command
+    from nmt_cli.config import RuntimeConfig
 
-    overrides = list(set_ or [])
-    if precision is not None:
-        overrides.append(f'train.precision="{precision}"')
     command.run(
         data=data,
         out=out,
         recipe=recipe,
-        overrides=overrides,
-        device=device,
-        threads=threads,
+        overrides=list(set_ or []),
+        runtime=RuntimeConfig(device, precision, threads),
         compile_model=compile_,
         quiet=Globals.quiet,
     )

@@ -243,8 +243,8 @@ class RuntimeConfig:
 
     device: str = "auto"
     """auto, cpu or cuda (cuda:N)."""
-    precision: str = "fp32"
-    """fp32, bf16 or fp16; which ones a command accepts is its own check."""
+    precision: str | None = "fp32"
+    """fp32, bf16 or fp16; which ones a command accepts is its own check. None: the recipe's."""
     threads: int = 0
     """CPU threads; 0 keeps torch's default."""
 

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         make_corpus(out / "corpus", {"train": args.train_size, "valid": 300, "test": 500})
         print("2/5 nmt prepare", file=sys.stderr)
         c = out / "corpus"
-        prepare.run(
+        config = prepare.PrepareConfig(
             train=str(c / "train"),
             valid=str(c / "valid"),
             test=str(c / "test"),
@@ -149,23 +149,17 @@ def main(argv: list[str] | None = None) -> int:
             tgt="de",
             out=out / "data",
             vocab_size=1000,
-            joint=True,
-            character_coverage=1.0,
             spm_sample=1_000_000,
-            max_len=250,
             max_ratio=3.0,
-            workers=1,
-            errors="strict",
-            quiet=args.quiet,
         )
+        prepare.run(config, quiet=args.quiet)
         print("3/5 nmt train", file=sys.stderr)
         train.run(
             data=out / "data",
             out=out / "run",
             recipe=None,
             overrides=[*DEMO_RECIPE, f"train.max_updates={args.updates}"],
-            device="cpu",
-            threads=0,
+            runtime=RuntimeConfig("cpu", None, 0),
             compile_model=False,
             quiet=args.quiet,
         )

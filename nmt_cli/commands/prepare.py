@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,42 +27,47 @@ CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, smal
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
 
 
-def run(
-    *,
-    train: str,
-    valid: str,
-    test: str | None,
-    src: str,
-    tgt: str,
-    out: Path,
-    vocab_size: int,
-    joint: bool,
-    character_coverage: float,
-    spm_sample: int,
-    max_len: int,
-    max_ratio: float,
-    workers: int,
-    errors: str,
-    byte_fallback: bool = True,
-    normalization: str = "identity",
-    quiet: bool = False,
-) -> None:
+@dataclass(frozen=True)
+class PrepareConfig:
+    """What `nmt prepare` is asked for; the defaults are the command line's."""
+
+    train: str
+    """Prefix of the training files: PREFIX.SRC and PREFIX.TGT."""
+    valid: str
+    src: str
+    tgt: str
+    out: Path
+    test: str | None = None
+    vocab_size: int = 32000
+    joint: bool = True
+    character_coverage: float = 1.0
+    spm_sample: int = 2_000_000
+    max_len: int = 250
+    max_ratio: float = 2.0
+    workers: int = 1
+    errors: str = "strict"
+    byte_fallback: bool = True
+    normalization: str = "identity"
+
+
+def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     reporter = Reporter(quiet)
-    out = Path(out)
+    src, tgt, out, workers = cfg.src, cfg.tgt, Path(cfg.out), cfg.workers
+    # The options that decide the corpus's content; with the inputs, they make its fingerprint.
     options = dict(
-        vocab_size=vocab_size,
-        joint=joint,
-        character_coverage=character_coverage,
-        byte_fallback=byte_fallback,
-        normalization=normalization,
-        spm_sample=spm_sample,
-        max_len=max_len,
-        max_ratio=max_ratio,
-        errors=errors,
+        vocab_size=cfg.vocab_size,
+        joint=cfg.joint,
+        character_coverage=cfg.character_coverage,
+        byte_fallback=cfg.byte_fallback,
+        normalization=cfg.normalization,
+        spm_sample=cfg.spm_sample,
+        max_len=cfg.max_len,
+        max_ratio=cfg.max_ratio,
+        errors=cfg.errors,
         seed=SEED,
     )
     _check_options(src, tgt, options, workers)
-    prefixes = {"train": train, "valid": valid, "test": test}
+    prefixes = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
     inputs = {split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for split, p in prefixes.items() if p}
     lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
     created = corpus.check_out_dir(out)

@@ -6,12 +6,13 @@ Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK (docs/
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import RunConfig, dump_toml, load_recipe, to_dict, with_overrides
+from nmt_cli.config import RunConfig, RuntimeConfig, dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
@@ -30,20 +31,22 @@ def run(
     out: Path,
     recipe: Path | None,
     overrides: list[str],
-    device: str,
-    threads: int,
+    runtime: RuntimeConfig,
     compile_model: bool,
     quiet: bool,
 ) -> None:
     """Train (or resume) a run. Under torchrun this is one of several processes: each joins the
-    process group and trains on its share of every update; rank 0 alone speaks and writes."""
+    process group and trains on its share of every update; rank 0 alone speaks and writes.
+    `runtime.precision`, when given, overrides the recipe's train.precision."""
     world = distributed.from_env()
     reporter = Reporter(quiet or not world.is_main)
-    configure_cpu(threads)
-    dev = distributed.local_device(resolve_device(device), world)
+    configure_cpu(runtime.threads)
+    dev = distributed.local_device(resolve_device(runtime.device), world)
     distributed.init(world, dev)
     try:
-        session, resume = open_session(data, out, recipe, overrides, dev, world, reporter, compile_model)
+        session, resume = open_session(
+            data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model
+        )
         reason = train(session, resume)
     finally:
         distributed.cleanup(world)
@@ -55,6 +58,7 @@ def open_session(
     out: Path,
     recipe: Path | None,
     overrides: list[str],
+    precision: str | None,
     dev: torch.device,
     world: World,
     reporter: Reporter,
@@ -68,6 +72,8 @@ def open_session(
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     cfg = resolve_config(recipe, overrides, resume, last, meta)
+    if precision is not None:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)

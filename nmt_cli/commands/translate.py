@@ -39,12 +39,13 @@ def run(
     reporter = Reporter(quiet)
     configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
-    check_precision(runtime.precision, dev, ("bf16", "fp32"))
+    precision = runtime.precision or "fp32"
+    check_precision(precision, dev, ("bf16", "fp32"))
     if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
-    translator = load_translator(models, dev, runtime.precision, decode)
+    translator = load_translator(models, dev, precision, decode)
     if nbest > translator.decode.beam:
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer

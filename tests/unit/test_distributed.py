@@ -99,25 +99,18 @@ needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ddp")
     make_corpus(root / "corpus", {"train": 300, "valid": 20})
-    prepare.run(
+    config = prepare.PrepareConfig(
         train=str(root / "corpus" / "train"),
         valid=str(root / "corpus" / "valid"),
-        test=None,
         src="en",
         tgt="de",
         out=root / "data",
         vocab_size=120,
-        joint=True,
-        character_coverage=1.0,
         spm_sample=100_000,
-        max_len=250,
         max_ratio=3.0,
-        workers=1,
-        errors="strict",
         byte_fallback=False,
-        normalization="identity",
-        quiet=True,
     )
+    prepare.run(config, quiet=True)
     return root / "data"
 
 
