@@ -241,8 +241,7 @@ class DecodeOverrides:
 class RuntimeConfig:
     """Where and how a command computes: not part of a recipe, never stored in a checkpoint."""
 
-    device: str = "auto"
-    """auto, cpu or cuda (cuda:N)."""
+    device: str = "auto"  # auto, cpu or cuda (cuda:N)
     precision: str | None = "fp32"
     """fp32, bf16 or fp16; which ones a command accepts is its own check. None: the recipe's."""
     threads: int = 0

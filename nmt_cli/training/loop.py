@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -32,6 +30,7 @@ from nmt_cli.training.distributed import World
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.precision import autocast
 from nmt_cli.training.schedule import learning_rate
+from nmt_cli.training.signals import StopSignal
 from nmt_cli.training.validate import validate
 
 MAX_BAD_UPDATES = 10  # non-finite updates in a row before the run is declared diverged
@@ -69,28 +68,6 @@ class Session:
     """sentencepiece processor of the target side, for validation BLEU."""
     world: World = field(default_factory=World)
     """This process's place among the torchrun processes (one process by default)."""
-
-
-class StopSignal:
-    """SIGINT/SIGTERM ask the loop to finish the current update, save and exit."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}  # whatever signal.signal returned
-
-    def __enter__(self) -> StopSignal:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self.received = signal.Signals(signum).name
-
-    def __exit__(self, *_exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def accumulate_gradients(
