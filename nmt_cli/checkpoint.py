@@ -1,10 +1,10 @@
 """Checkpoints: atomic save, safe load, naming, pruning and averaging.
 
-A checkpoint is one self-contained dict: the format version, the resolved run config,
-the model weights, the sentencepiece model bytes and, for training checkpoints, the
-optimizer, loss scaler, RNG states and data position. It is saved atomically (temporary
-file, fsync, rename) and loaded with `weights_only=True`, so loading runs no pickled code.
-Imports torch, `config` and `errors`.
+A checkpoint is self-contained: the resolved run config, the model weights, the sentencepiece
+model bytes and, for training checkpoints, the optimizer, loss scaler, RNG states and data
+position. `Checkpoint` is its one typed form: `to_dict` and `from_dict` are the only code that
+knows the on-disk keys. It is saved atomically (temporary file, fsync, rename) and loaded with
+`weights_only=True`, so loading runs no pickled code. Imports torch, `config` and `errors`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from nmt_cli.config import ModelConfig, RunConfig, from_dict
+from nmt_cli.config import RunConfig, from_dict
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import atomic_write, process_alive
 
@@ -26,16 +28,95 @@ NOT_OURS = "; give a .pt file written by `nmt train` or `nmt average`"
 TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # save()'s and the training loop's
 
 
+@dataclass
+class TrainState:
+    """What an exact resume needs besides the weights (training checkpoints only)."""
+
+    optimizer: dict[str, Any]
+    scaler: dict[str, Any]
+    """Empty when the run had no loss scaling (bf16, fp32)."""
+    rng: dict[str, Any]
+
+
+@dataclass
+class Checkpoint:
+    kind: str
+    """"train" (written every N updates), "best" or "average"."""
+    config: dict[str, Any]
+    """The resolved run config, as `config.to_dict` writes it."""
+    model: dict[str, torch.Tensor]
+    spm: dict[str, bytes]
+    """Serialized sentencepiece models, "src" and "tgt"."""
+    progress: dict[str, Any] | None = None
+    """Where training stood (training.loop.Progress as a dict); None for an average."""
+    train_state: TrainState | None = None
+    averaged_from: list[dict[str, Any]] | None = None
+    """For an average: the path and update of each source."""
+
+    @property
+    def update(self) -> int:
+        """The update it was written at; -1 when it has none (an average)."""
+        return int(self.progress["update"]) if self.progress is not None else -1
+
+    def run_config(self, path: Path) -> RunConfig:
+        """The run config, validated like a recipe."""
+        return from_dict(self.config, f"checkpoint {path}")
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "format": FORMAT_VERSION,
+            "kind": self.kind,
+            "config": self.config,
+            "model": self.model,
+            "spm": self.spm,
+        }
+        if self.progress is not None:
+            payload["progress"] = self.progress
+        if self.train_state is not None:
+            state = self.train_state
+            payload.update(optimizer=state.optimizer, scaler=state.scaler, rng=state.rng)
+        if self.averaged_from is not None:
+            payload["averaged_from"] = self.averaged_from
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: object, path: Path) -> Checkpoint:
+        """Check a loaded payload's shape; one clear line for anything that is not ours."""
+        if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
+            raise InputError(
+                f"checkpoint {path}: not an nmt checkpoint (no model and config inside){NOT_OURS}"
+            )
+        if payload.get("format") != FORMAT_VERSION:
+            raise InputError(
+                f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
+                f"{FORMAT_VERSION}; use the nmt release that wrote it"
+            )
+        spm = payload.get("spm")
+        if not isinstance(spm, dict) or not all(isinstance(spm.get(side), bytes) for side in ("src", "tgt")):
+            raise InputError(f"checkpoint {path}: no sentencepiece models inside{NOT_OURS}")
+        state = None
+        if all(key in payload for key in ("optimizer", "scaler", "rng")):
+            state = TrainState(payload["optimizer"], payload["scaler"], payload["rng"])
+        return cls(
+            kind=str(payload.get("kind", "train")),
+            config=payload["config"],
+            model=payload["model"],
+            spm=spm,
+            progress=payload.get("progress"),
+            train_state=state,
+            averaged_from=payload.get("averaged_from"),
+        )
+
+
 def numbered_name(update: int) -> str:
     return f"checkpoint_{update}.pt"
 
 
-def save(payload: dict, path: Path) -> None:
-    """Write `payload` to `path` so that `path` is either the old file or the complete new one."""
-    payload = {"format": FORMAT_VERSION, **payload}
+def save(ckpt: Checkpoint, path: Path) -> None:
+    """Write `ckpt` to `path` so that `path` is either the old file or the complete new one."""
     try:
         with atomic_write(path, binary=True, durable=True) as stream:
-            torch.save(payload, stream)
+            torch.save(ckpt.to_dict(), stream)
     except OSError as err:
         raise RunFailure(
             f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
@@ -54,7 +135,7 @@ def remove_stale_temporaries(checkpoint_dir: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> Checkpoint:
     """Load a checkpoint onto the CPU, with one clear error for every way it can be unusable."""
     if not path.exists():
         raise InputError(f"checkpoint {path}: no such file")
@@ -72,23 +153,7 @@ def load(path: Path) -> dict:
         raise InputError(
             f"checkpoint {path}: not an nmt checkpoint ({type(err).__name__}){NOT_OURS}"
         ) from None
-    if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
-        raise InputError(f"checkpoint {path}: not an nmt checkpoint (no model and config inside){NOT_OURS}")
-    if payload.get("format") != FORMAT_VERSION:
-        raise InputError(
-            f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
-            f"{FORMAT_VERSION}; use the nmt release that wrote it"
-        )
-    return payload
-
-
-def run_config(payload: dict, path: Path) -> RunConfig:
-    """The run config stored in a checkpoint, validated like a recipe."""
-    return from_dict(payload["config"], f"checkpoint {path}")
-
-
-def model_config(payload: dict, path: Path) -> ModelConfig:
-    return run_config(payload, path).model
+    return Checkpoint.from_dict(payload, path)
 
 
 def numbered(checkpoint_dir: Path) -> list[tuple[int, Path]]:
@@ -110,7 +175,7 @@ def prune(checkpoint_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average(paths: list[Path]) -> dict:
+def average(paths: list[Path]) -> Checkpoint:
     """A checkpoint whose parameters are the elementwise mean of those in `paths`, accumulated in fp32.
 
     Loads one checkpoint at a time (memory: the sum plus one checkpoint). Refuses checkpoints
@@ -118,39 +183,29 @@ def average(paths: list[Path]) -> dict:
     first difference. The result carries no optimizer state and lists its sources.
     """
     first = load(paths[0])
-    total = {name: t.float().clone() for name, t in first["model"].items()}
-    sources = [_provenance(paths[0], first)]
+    total = {name: t.float().clone() for name, t in first.model.items()}
+    sources = [{"path": str(paths[0]), "update": first.update}]
     for path in paths[1:]:
-        payload = load(path)
-        _check_compatible(first, paths[0], payload, path)
-        for name, tensor in payload["model"].items():
+        ckpt = load(path)
+        _check_compatible(first, paths[0], ckpt, path)
+        for name, tensor in ckpt.model.items():
             total[name] += tensor.float()
-        sources.append(_provenance(path, payload))
-    averaged = {name: (t / len(paths)).to(first["model"][name].dtype) for name, t in total.items()}
-    return {
-        "kind": "average",
-        "config": first["config"],
-        "model": averaged,
-        "spm": first["spm"],
-        "averaged_from": sources,
-    }
+        sources.append({"path": str(path), "update": ckpt.update})
+    averaged = {name: (t / len(paths)).to(first.model[name].dtype) for name, t in total.items()}
+    return Checkpoint("average", first.config, averaged, first.spm, averaged_from=sources)
 
 
-def _provenance(path: Path, payload: dict) -> dict:
-    return {"path": str(path), "update": int(payload.get("progress", {}).get("update", -1))}
-
-
-def _check_compatible(first: dict, first_path: Path, other: dict, path: Path) -> None:
+def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, path: Path) -> None:
     prefix = f"cannot average {first_path} and {path}"
-    for key, value in first["config"]["model"].items():
-        if other["config"]["model"].get(key) != value:
+    for key, value in first.config["model"].items():
+        if other.config["model"].get(key) != value:
             raise InputError(
-                f"{prefix}: model.{key} differs ({value!r} vs {other['config']['model'].get(key)!r})"
+                f"{prefix}: model.{key} differs ({value!r} vs {other.config['model'].get(key)!r})"
             )
-    if other["spm"] != first["spm"]:
+    if other.spm != first.spm:
         raise InputError(f"{prefix}: they were trained with different sentencepiece models")
-    for name, tensor in first["model"].items():
-        theirs = other["model"].get(name)
+    for name, tensor in first.model.items():
+        theirs = other.model.get(name)
         if theirs is None or theirs.shape != tensor.shape:
             shape = tuple(theirs.shape) if theirs is not None else "missing"
             raise InputError(f"{prefix}: parameter {name} has shape {tuple(tensor.shape)} vs {shape}")

@@ -67,17 +67,17 @@ def load_translator(
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     models, spm_models, cfg = [], None, None
     for path in paths:
-        payload = checkpoint.load(path)
-        run_cfg = checkpoint.run_config(payload, path)
+        ckpt = checkpoint.load(path)
+        run_cfg = ckpt.run_config(path)
         if spm_models is None:
-            spm_models, cfg = payload["spm"], run_cfg
-        elif payload["spm"] != spm_models:
+            spm_models, cfg = ckpt.spm, run_cfg
+        elif ckpt.spm != spm_models:
             raise InputError(
                 f"cannot ensemble {paths[0]} and {path}: they were trained with different "
                 "sentencepiece models"
             )
         model = Transformer(run_cfg.model)
-        model.load_state_dict(payload["model"])
+        model.load_state_dict(ckpt.model)
         models.append(model.eval().to(device))
     assert cfg is not None and spm_models is not None
     return Translator(

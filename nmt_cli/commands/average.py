@@ -21,9 +21,9 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
         raise InputError("--last needs --run RUN_DIR")
     if not output.parent.is_dir():
         raise InputError(f"--output {output}: directory {output.parent} does not exist")
-    payload = checkpoint.average(checkpoints)
-    checkpoint.save(payload, output)
-    updates = ", ".join(str(s["update"]) for s in payload["averaged_from"])
+    averaged = checkpoint.average(checkpoints)
+    checkpoint.save(averaged, output)
+    updates = ", ".join(str(source["update"]) for source in averaged.averaged_from or [])
     reporter.info(f"averaged {len(checkpoints)} checkpoints (updates {updates}) into {output}")
 
 
@@ -35,7 +35,7 @@ def latest(run_dir: Path, last: int | None, reporter: Reporter) -> list[Path]:
     if not found:
         raise InputError(f"--run {run_dir}: no numbered checkpoints in {run_dir / 'checkpoints'}")
     if last is None:
-        last = checkpoint.run_config(checkpoint.load(found[-1][1]), found[-1][1]).average.last
+        last = checkpoint.load(found[-1][1]).run_config(found[-1][1]).average.last
     if last < 1:
         raise InputError(f"--last {last}: must be at least 1")
     if len(found) < last:

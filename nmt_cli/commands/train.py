@@ -63,7 +63,7 @@ def open_session(
     world: World,
     reporter: Reporter,
     compile_model: bool,
-) -> tuple[Session, dict | None]:
+) -> tuple[Session, checkpoint.Checkpoint | None]:
     """Resolve the config, load the corpus, and build the model or restore it from the run's last
     checkpoint (every process reads the same files: --data and --out must be shared by all nodes)."""
     meta = corpus.load_meta(data)
@@ -77,7 +77,7 @@ def open_session(
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)
-    update = resume["progress"]["update"] if resume else 0
+    update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
 
     if world.is_main:
@@ -93,7 +93,7 @@ def open_session(
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
     if resume is not None:
-        model.load_state_dict(resume["model"])
+        model.load_state_dict(resume.model)
     model.to(dev)
     if compile_model:
         model.compile()  # in place: parameter names (and so checkpoints) stay those of the model
@@ -120,20 +120,20 @@ def open_session(
 
 
 def resolve_config(
-    recipe: Path | None, overrides: list[str], resume: dict | None, last: Path, meta: dict
+    recipe: Path | None, overrides: list[str], resume: checkpoint.Checkpoint | None, last: Path, meta: dict
 ) -> RunConfig:
     """The run's config: the recipe (or, when resuming without one, the run's own config) plus
     --set overrides, with the vocabulary taken from the data. A resumed run may change training
     and decoding settings (say, max_updates) but not the model."""
     if resume is not None and recipe is None:
-        cfg = with_overrides(resume["config"], overrides, f"run config in {last}")
+        cfg = with_overrides(resume.config, overrides, f"run config in {last}")
     else:
         cfg = load_recipe(recipe, overrides)
     cfg.model.src_vocab_size = int(meta["vocab_size"]["src"])
     cfg.model.tgt_vocab_size = int(meta["vocab_size"]["tgt"])
     cfg.model.joint_vocab = bool(meta["joint"])
     if resume is not None:
-        stored = resume["config"]["model"]
+        stored = resume.config["model"]
         for key, value in to_dict(cfg)["model"].items():
             if stored.get(key) != value:
                 what = "the data" if key in DATA_FIELDS else "the recipe"

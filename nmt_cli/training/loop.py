@@ -129,7 +129,7 @@ def apply_update(
     return True, grad_norm
 
 
-def train(s: Session, resume: dict | None) -> str:
+def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     """Train until a stop condition; returns why it stopped."""
     cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
     net = distributed.wrap(model, world, s.device)  # what forward and backward go through
@@ -139,10 +139,12 @@ def train(s: Session, resume: dict | None) -> str:
     scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
     progress = Progress()
     if resume is not None:
-        optimizer.load_state_dict(resume["optimizer"])
-        restore_scaler(scaler, resume["scaler"])
-        progress = Progress(**resume["progress"])
-        _set_rng_state(resume["rng"], s.device)
+        if resume.train_state is None or resume.progress is None:
+            raise RunFailure(f"{s.run_dir}: its last checkpoint holds no training state; use a new --out")
+        optimizer.load_state_dict(resume.train_state.optimizer)
+        restore_scaler(scaler, resume.train_state.scaler)
+        progress = Progress(**resume.progress)
+        _set_rng_state(resume.train_state.rng, s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()
     bar = s.reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
@@ -357,31 +359,19 @@ def _saved_at(run_dir: Path, update: int) -> bool:
 def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     """Write the full training state as a numbered checkpoint, which `checkpoint_last.pt` then names."""
     ckpt_dir = s.run_dir / "checkpoints"
-    payload = {
-        "kind": "train",
-        "config": to_dict(s.cfg),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "rng": _rng_state(s.device),
-        "progress": asdict(progress),
-        "spm": s.spm_models,
-    }
+    state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
+    ckpt = checkpoint.Checkpoint(
+        "train", to_dict(s.cfg), model.state_dict(), s.spm_models, asdict(progress), state
+    )
     path = ckpt_dir / checkpoint.numbered_name(progress.update)
-    checkpoint.save(payload, path)
+    checkpoint.save(ckpt, path)
     _replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
     checkpoint.prune(ckpt_dir, s.cfg.train.keep_last)
 
 
 def _save_best(s: Session, progress: Progress) -> None:
-    payload = {
-        "kind": "best",
-        "config": to_dict(s.cfg),
-        "model": s.model.state_dict(),
-        "spm": s.spm_models,
-        "progress": asdict(progress),
-    }
-    checkpoint.save(payload, s.run_dir / "checkpoints" / "checkpoint_best.pt")
+    ckpt = checkpoint.Checkpoint("best", to_dict(s.cfg), s.model.state_dict(), s.spm_models, asdict(progress))
+    checkpoint.save(ckpt, s.run_dir / "checkpoints" / "checkpoint_best.pt")
 
 
 def _replace_with_link(source: Path, target: Path) -> None:

@@ -26,8 +26,8 @@ def average(*args: object) -> int:
 
 def check_mean(output: Path, sources: list[Path]) -> None:
     """Every float tensor of `output` is the mean of the sources' (computed here in float64)."""
-    got = checkpoint.load(output)["model"]
-    inputs = [checkpoint.load(p)["model"] for p in sources]
+    got = checkpoint.load(output).model
+    inputs = [checkpoint.load(p).model for p in sources]
     assert got.keys() == inputs[0].keys()
     floats = [name for name, t in got.items() if t.is_floating_point()]
     assert floats, "the model has float parameters"
@@ -46,17 +46,17 @@ def test_two_checkpoints_average_to_their_mean(trained: TrainedRun, tmp_path: Pa
     assert average(*sources, "-o", output) == 0
     check_mean(output, sources)
     # Not one of the inputs handed back: the checkpoints differ, and so does the mean from each.
-    got = checkpoint.load(output)["model"]
+    got = checkpoint.load(output).model
     for source in sources:
-        theirs = checkpoint.load(source)["model"]
+        theirs = checkpoint.load(source).model
         assert any(not torch.equal(got[n], theirs[n]) for n in got if got[n].is_floating_point())
 
 
 def test_one_checkpoint_averages_to_itself(trained: TrainedRun, tmp_path: Path) -> None:
     output = tmp_path / "avg.pt"
     assert average(trained.checkpoint, "-o", output) == 0
-    got = checkpoint.load(output)["model"]
-    want = checkpoint.load(trained.checkpoint)["model"]
+    got = checkpoint.load(output).model
+    want = checkpoint.load(trained.checkpoint).model
     assert got.keys() == want.keys()
     for name in want:
         assert got[name].dtype == want[name].dtype
@@ -77,7 +77,7 @@ def test_last_n_of_a_run_goes_by_update_number_not_file_time(trained: TrainedRun
     output = tmp_path / "avg.pt"
     assert average("--run", run_dir, "--last", 2, "-o", output) == 0
     payload = checkpoint.load(output)
-    assert [s["update"] for s in payload["averaged_from"]] == updates[-2:]
+    assert [s["update"] for s in payload.averaged_from] == updates[-2:]
     check_mean(output, [ckpts / checkpoint.numbered_name(u) for u in updates[-2:]])
 
 
@@ -87,9 +87,9 @@ def test_the_average_loads_in_translate_without_optimizer_state(
     output = tmp_path / "avg.pt"
     assert average("--run", trained.run_dir, "--last", 2, "-o", output) == 0
     payload = checkpoint.load(output)
-    assert not {"optimizer", "scaler", "rng"} & payload.keys()
-    assert payload["config"] == checkpoint.load(trained.checkpoint)["config"]
-    sources = payload["averaged_from"]
+    assert payload.train_state is None and not {"optimizer", "scaler", "rng"} & payload.to_dict().keys()
+    assert payload.config == checkpoint.load(trained.checkpoint).config
+    sources = payload.averaged_from
     assert [Path(s["path"]).name for s in sources] == [
         checkpoint.numbered_name(u) for u in (trained.updates - trained.save_every, trained.updates)
     ]
@@ -129,9 +129,8 @@ def test_a_parameter_of_another_shape_is_refused_by_name(
 ) -> None:
     """Same config, one tensor reshaped (as a foreign or damaged checkpoint might have it)."""
     payload = checkpoint.load(trained.checkpoint)
-    name = next(n for n, t in payload["model"].items() if t.dim() == 2)
-    payload["model"][name] = torch.zeros(payload["model"][name].shape[0] + 1, payload["model"][name].shape[1])
-    payload.pop("format")
+    name = next(n for n, t in payload.model.items() if t.dim() == 2)
+    payload.model[name] = torch.zeros(payload.model[name].shape[0] + 1, payload.model[name].shape[1])
     changed = tmp_path / "changed.pt"
     checkpoint.save(payload, changed)
     output = tmp_path / "avg.pt"

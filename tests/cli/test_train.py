@@ -36,7 +36,7 @@ def _lines(path: Path) -> list[str]:
 
 def _state(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     payload = checkpoint.load(path)
-    return payload["model"], payload["progress"]
+    return payload.model, payload.progress
 
 
 def test_a_tiny_model_learns_to_copy(trained: TrainedRun, corpus: Corpus, tmp_path: Path) -> None:
@@ -224,10 +224,10 @@ def test_a_signal_stops_training_cleanly(sig: signal.Signals, corpus: Corpus, tm
     assert "Traceback" not in err
     assert f"stopped by {sig.name}" in err
     payload = checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt")
-    assert payload["progress"]["update"] > 0
-    assert "optimizer" in payload and "rng" in payload
-    model = Transformer(checkpoint.model_config(payload, run_dir))
-    model.load_state_dict(payload["model"])
+    assert payload.update > 0
+    assert payload.train_state is not None and payload.train_state.rng
+    model = Transformer(payload.run_config(run_dir).model)
+    model.load_state_dict(payload.model)
 
 
 def test_a_run_shorter_than_its_log_interval_still_leaves_a_record(corpus: Corpus, tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_restricted_attention_in_bf16_trains_without_a_skipped_update(tmp_path: 
 def test_a_run_saved_without_loss_scaling_resumes_into_an_enabled_scaler(trained: TrainedRun) -> None:
     from nmt_cli.training.loop import restore_scaler
 
-    saved = checkpoint.load(trained.checkpoint)["scaler"]  # fp32 run: the scaler was off
+    saved = checkpoint.load(trained.checkpoint).train_state.scaler  # fp32 run: the scaler was off
     fresh = torch.amp.GradScaler("cpu", enabled=True)
     restore_scaler(fresh, saved)
     assert fresh.get_scale() == torch.amp.GradScaler("cpu", enabled=True).get_scale()

@@ -139,7 +139,7 @@ def test_a_line_longer_than_the_model_is_truncated_with_a_warning(
     trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     payload = checkpoint.load(trained.checkpoint)
-    max_positions = payload["config"]["model"]["max_positions"]
+    max_positions = payload.config["model"]["max_positions"]
     long_line = " ".join(WORDS[i % len(WORDS)] for i in range(2 * max_positions))  # one piece per word
     text = f"apple river\n{long_line}\ngreen music\n"
     code, out, err = translate_stdin(["-m", trained.checkpoint], text, capsys, monkeypatch, quiet=False)
@@ -183,14 +183,14 @@ def test_nbest_prints_k_hypotheses_per_line_best_first(
 
 
 def reference_greedy(
-    payload: dict, lines: list[str], max_len_a: float = 1.0, max_len_b: int = 50
+    payload: checkpoint.Checkpoint, lines: list[str], max_len_a: float = 1.0, max_len_b: int = 50
 ) -> list[str]:
     """Greedy decoding by full recompute of the decoder at every step (no cache, no beam, no batch)."""
-    cfg = checkpoint.run_config(payload, Path("fixture")).model
+    cfg = payload.run_config(Path("fixture")).model
     model = Transformer(cfg)
-    model.load_state_dict(payload["model"])
+    model.load_state_dict(payload.model)
     model.eval()
-    src_spm, tgt_spm = spm.load_processor(payload["spm"]["src"]), spm.load_processor(payload["spm"]["tgt"])
+    src_spm, tgt_spm = spm.load_processor(payload.spm["src"]), spm.load_processor(payload.spm["tgt"])
     outputs = []
     for line in lines:
         src_ids = list(src_spm.encode(line)) + [EOS_ID]

@@ -42,10 +42,10 @@ def test_the_shortened_demo_learns_end_to_end(tmp_path: Path, capsys: pytest.Cap
     for name in ("config.toml", "metrics.jsonl", "checkpoints/checkpoint_last.pt"):
         assert (run / name).is_file(), name
     last = checkpoint.load(run / "checkpoints" / "checkpoint_last.pt")
-    assert last["progress"]["update"] == UPDATES
+    assert last.update == UPDATES
     averaged = checkpoint.load(tmp_path / "average.pt")
-    assert "optimizer" not in averaged
-    assert averaged["averaged_from"][-1]["update"] == UPDATES
+    assert averaged.train_state is None and "optimizer" not in averaged.to_dict()
+    assert averaged.averaged_from is not None and averaged.averaged_from[-1]["update"] == UPDATES
     hyps = (tmp_path / "test.hyp.de").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == TEST_SIZE
     assert sum(bool(h.strip()) for h in hyps) > 0.95 * TEST_SIZE

@@ -273,7 +273,7 @@ def bad_checkpoints(trained: TrainedRun, tmp_path_factory: pytest.TempPathFactor
     """One file per way a checkpoint can be unusable."""
     root = tmp_path_factory.mktemp("bad_checkpoints")
     good = trained.checkpoint.read_bytes()
-    payload = checkpoint.load(trained.checkpoint)
+    payload = checkpoint.load(trained.checkpoint).to_dict()
     files = {
         "empty file": b"",
         "truncated": good[: len(good) // 2],
@@ -416,10 +416,10 @@ def test_train_full_disk_while_writing_a_checkpoint(
     assert "No space left on device" in line and "checkpoint_4.pt" in line
     ckpts = run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint_2.pt", "checkpoint_last.pt"]
-    assert checkpoint.load(ckpts / "checkpoint_last.pt")["progress"]["update"] == 2
+    assert checkpoint.load(ckpts / "checkpoint_last.pt").update == 2
     monkeypatch.undo()
     assert nmt(*args) == 0
-    assert checkpoint.load(ckpts / "checkpoint_last.pt")["progress"]["update"] == 6
+    assert checkpoint.load(ckpts / "checkpoint_last.pt").update == 6
 
 
 # --- train: data, recipe and run directory ----------------------------------------------------------

@@ -78,12 +78,12 @@ def check_every_checkpoint_loads(ckpts: Path) -> int:
     assert names, "no checkpoint on disk"
     for path in names:
         payload = checkpoint.load(path)  # raises on a truncated or corrupted file
-        model = Transformer(checkpoint.model_config(payload, path))
-        model.load_state_dict(payload["model"])
+        model = Transformer(payload.run_config(path).model)
+        model.load_state_dict(payload.model)
         if path.name != "checkpoint_last.pt":
-            assert checkpoint.numbered_name(payload["progress"]["update"]) == path.name
+            assert checkpoint.numbered_name(payload.update) == path.name
     last = ckpts / "checkpoint_last.pt"
-    return checkpoint.load(last)["progress"]["update"] if last.exists() else 0
+    return checkpoint.load(last).update if last.exists() else 0
 
 
 def inodes(ckpts: Path) -> set[tuple[int, int]]:

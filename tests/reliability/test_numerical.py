@@ -41,7 +41,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int], str | None]) 
 
 
 def all_finite(path: Path) -> bool:
-    model = checkpoint.load(path)["model"]
+    model = checkpoint.load(path).model
     return all(bool(torch.isfinite(t).all()) for t in model.values() if t.is_floating_point())
 
 
@@ -75,7 +75,7 @@ def test_faulty_updates_are_skipped_and_logged(
     assert [r["update"] for r in trained] == list(range(1, 11))
     assert all(math.isfinite(r["loss"]) for r in trained)
     last = run_dir / "checkpoints" / "checkpoint_last.pt"
-    assert checkpoint.load(last)["progress"]["update"] == 10
+    assert checkpoint.load(last).update == 10
     assert all_finite(last)
 
 
@@ -111,11 +111,11 @@ def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
         "checkpoint_last.pt",
     ]
     last = ckpts / "checkpoint_last.pt"
-    assert checkpoint.load(last)["progress"]["update"] == good
+    assert checkpoint.load(last).update == good
     assert all_finite(last)
     assert (ckpts / "checkpoint_4.pt").read_bytes() == last.read_bytes()
 
     # With the fault gone, the run resumes from its last good checkpoint.
     monkeypatch.undo()
     assert nmt(*args, "--set", "train.max_updates=6") == 0  # the later --set wins
-    assert checkpoint.load(last)["progress"]["update"] == 6 and all_finite(last)
+    assert checkpoint.load(last).update == 6 and all_finite(last)
