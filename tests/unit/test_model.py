@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.model import Transformer
 from nmt_cli.model.layers import dropout
 
 VOCAB = 40
@@ -94,13 +95,19 @@ def test_incremental_decoding_equals_full_forward(variant):
     tgt = torch.cat([torch.full((3, 1), BOS_ID), rand_tokens(3, 7, seed=2)], dim=1)
     with torch.no_grad():
         full = model(src, tgt).log_softmax(dim=-1)
-        memory, src_mask = model.encode(src)
-        state = model.init_state(memory, src_mask)
-        steps = []
-        for i in range(tgt.shape[1]):
-            log_probs, state = model.decode_step(tgt[:, i : i + 1], state)
-            steps.append(log_probs)
-    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(decode_stepwise(model, src, tgt), full, rtol=0, atol=1e-5)
+
+
+@torch.no_grad()
+def decode_stepwise(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (B, T, V) from feeding tgt one token at a time through the cache."""
+    memory, src_mask = model.encode(src)
+    state = model.init_state(memory, src_mask)
+    steps = []
+    for i in range(tgt.shape[1]):
+        log_probs, state = model.decode_step(tgt[:, i : i + 1], state)
+        steps.append(log_probs)
+    return torch.stack(steps, dim=1)
 
 
 def test_reordering_the_state_follows_the_rows():
@@ -198,13 +205,7 @@ def test_padding_far_beyond_the_window_changes_nothing_and_stays_finite(variant,
     with torch.no_grad():
         batched = model(src, tgt)
         alone = model(short, tgt[:1])
-        memory, src_mask = model.encode(src)
-        state = model.init_state(memory, src_mask)
-        steps = []
-        for i in range(tgt.shape[1]):
-            log_probs, state = model.decode_step(tgt[:, i : i + 1], state)
-            steps.append(log_probs)
-    assert batched.isfinite().all() and torch.stack(steps).isfinite().all()
+    assert batched.isfinite().all() and decode_stepwise(model, src, tgt).isfinite().all()
     atol = 1e-5 if dtype == "fp32" else 0.05 * alone.abs().max().item()
     torch.testing.assert_close(batched[:1], alone, rtol=0, atol=atol)
 
