@@ -81,7 +81,7 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     staging = _start(out, created)
     try:
         meta = _prepare(staging, inputs, lines, src, tgt, options, workers, reporter)
-        meta["fingerprint"] = fingerprint
+        meta.fingerprint = fingerprint
         corpus.publish(staging, out, meta)
     except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
         corpus.discard_staging(staging)
@@ -151,7 +151,7 @@ def _prepare(
     options: dict,
     workers: int,
     reporter: Reporter,
-) -> dict:
+) -> corpus.CorpusMeta:
     """Learn the vocabulary, then encode every split into `staging`; returns meta.json's content."""
     models = _learn_vocabulary(inputs["train"], lines["train"], options, reporter)
     if options["joint"]:
@@ -178,24 +178,23 @@ def _prepare(
         if kept:
             what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in kept.items())
             reporter.warn(f"{split}: kept all pairs, among them {what} (only train is filtered)")
-    return {
-        "format": corpus.FORMAT,
-        "src": src,
-        "tgt": tgt,
-        "joint": options["joint"],
-        "dtype": dtype,
-        "vocab_size": {"src": sizes[0], "tgt": sizes[1]},
-        "spm": names,
-        "spm_sha256": {"src": spm.sha256(models[0]), "tgt": spm.sha256(models[1])},
-        "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
-        "splits": splits,
-        "dropped": flagged["train"],
-        "flagged": {s: f for s, f in flagged.items() if s != "train"},
-        "options": options,
-        "inputs": {split: {"src": str(p[0]), "tgt": str(p[1])} for split, p in inputs.items()},
-        "files": {p.name: p.stat().st_size for p in staging.iterdir()},
-        "nmt_version": __version__,
-    }
+    return corpus.CorpusMeta(
+        src=src,
+        tgt=tgt,
+        joint=options["joint"],
+        dtype=dtype,
+        vocab_size={"src": sizes[0], "tgt": sizes[1]},
+        spm=names,
+        spm_sha256={"src": spm.sha256(models[0]), "tgt": spm.sha256(models[1])},
+        special_ids={"pad": 0, "unk": 1, "bos": 2, "eos": 3},
+        splits=splits,
+        dropped=flagged["train"],
+        flagged={s: f for s, f in flagged.items() if s != "train"},
+        options=options,
+        inputs={split: {"src": str(p[0]), "tgt": str(p[1])} for split, p in inputs.items()},
+        files={p.name: p.stat().st_size for p in staging.iterdir()},
+        nmt_version=__version__,
+    )
 
 
 def _learn_vocabulary(
@@ -325,17 +324,17 @@ def _encode_split(
     return stats, {reason: int(count) for reason, count in zip(REASONS, flagged, strict=True)}
 
 
-def _summary(reporter: Reporter, meta: dict) -> None:
+def _summary(reporter: Reporter, meta: corpus.CorpusMeta) -> None:
     rows = []
-    for split, counts in meta["splits"].items():
-        dropped = sum(meta["dropped"].values()) if split == "train" else 0
+    for split, counts in meta.splits.items():
+        dropped = sum(meta.dropped.values()) if split == "train" else 0
         rows.append([split, counts["pairs"], counts["src_tokens"], counts["tgt_tokens"], dropped])
     reporter.table(
-        f"{meta['src']}-{meta['tgt']}: vocabulary {meta['vocab_size']['src']:,}"
-        f"{' joint' if meta['joint'] else ' / ' + format(meta['vocab_size']['tgt'], ',')}, "
-        f"{meta['dtype']}",
-        ["split", "pairs", f"{meta['src']} tokens", f"{meta['tgt']} tokens", "dropped"],
+        f"{meta.src}-{meta.tgt}: vocabulary {meta.vocab_size['src']:,}"
+        f"{' joint' if meta.joint else ' / ' + format(meta.vocab_size['tgt'], ',')}, "
+        f"{meta.dtype}",
+        ["split", "pairs", f"{meta.src} tokens", f"{meta.tgt} tokens", "dropped"],
         rows,
     )
-    reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in meta["dropped"].items())
+    reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in meta.dropped.items())
     reporter.info(f"dropped from train: {reasons}")

@@ -120,7 +120,11 @@ def open_session(
 
 
 def resolve_config(
-    recipe: Path | None, overrides: list[str], resume: checkpoint.Checkpoint | None, last: Path, meta: dict
+    recipe: Path | None,
+    overrides: list[str],
+    resume: checkpoint.Checkpoint | None,
+    last: Path,
+    meta: corpus.CorpusMeta,
 ) -> RunConfig:
     """The run's config: the recipe (or, when resuming without one, the run's own config) plus
     --set overrides, with the vocabulary taken from the data. A resumed run may change training
@@ -129,9 +133,9 @@ def resolve_config(
         cfg = with_overrides(resume.config, overrides, f"run config in {last}")
     else:
         cfg = load_recipe(recipe, overrides)
-    cfg.model.src_vocab_size = int(meta["vocab_size"]["src"])
-    cfg.model.tgt_vocab_size = int(meta["vocab_size"]["tgt"])
-    cfg.model.joint_vocab = bool(meta["joint"])
+    cfg.model.src_vocab_size = int(meta.vocab_size["src"])
+    cfg.model.tgt_vocab_size = int(meta.vocab_size["tgt"])
+    cfg.model.joint_vocab = bool(meta.joint)
     if resume is not None:
         stored = resume.config["model"]
         for key, value in to_dict(cfg)["model"].items():

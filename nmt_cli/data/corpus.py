@@ -20,7 +20,9 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +32,50 @@ from nmt_cli.files import process_alive
 FORMAT = 1
 META = "meta.json"
 STAGING_PREFIX = ".nmt-prepare-"
+
+
+@dataclass
+class CorpusMeta:
+    """meta.json of a prepared corpus; `to_dict`/`from_dict` are the only code that knows its keys."""
+
+    src: str
+    tgt: str
+    joint: bool
+    dtype: str
+    """numpy dtype of the token ids (uint16 below 65,536 pieces)."""
+    vocab_size: dict[str, int]
+    spm: dict[str, str]
+    """File names of the sentencepiece models, by side ("src", "tgt")."""
+    spm_sha256: dict[str, str]
+    special_ids: dict[str, int]
+    splits: dict[str, dict[str, int]]
+    """Per split: pairs, src_tokens, tgt_tokens."""
+    dropped: dict[str, int]
+    """Train pairs dropped, by reason."""
+    flagged: dict[str, Any]
+    options: dict[str, Any]
+    inputs: dict[str, dict[str, str]]
+    files: dict[str, int]
+    """Every file of the corpus with its size, so a reused corpus is known complete."""
+    nmt_version: str
+    fingerprint: str = ""
+    format: int = field(default=FORMAT)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, path: Path) -> CorpusMeta:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else None
+            raise InputError(
+                f"{path}: corpus format {found!r}, this version reads format {FORMAT}; "
+                "run `nmt prepare` again"
+            )
+        try:
+            return cls(**data)
+        except TypeError as err:  # a key missing or unknown
+            raise InputError(f"{path}: damaged ({err}); run `nmt prepare` again") from None
 
 
 def bin_name(split: str, lang: str) -> str:
@@ -123,7 +169,7 @@ def make_staging(out: Path) -> Path:
     return staging
 
 
-def publish(staging: Path, out: Path, meta: dict) -> None:
+def publish(staging: Path, out: Path, meta: CorpusMeta) -> None:
     """Move every staged file into `out`, then write meta.json: the last step, atomically.
 
     The old meta.json goes first so that old metadata never describes new files; files of
@@ -133,11 +179,11 @@ def publish(staging: Path, out: Path, meta: dict) -> None:
     (out / META).unlink(missing_ok=True)
     for path in sorted(staging.iterdir()):
         os.replace(path, out / path.name)
-    for name in old_files - set(meta["files"]):
+    for name in old_files - set(meta.files):
         (out / name).unlink(missing_ok=True)
     temp = staging / META
     with temp.open("w", encoding="utf-8") as stream:
-        stream.write(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        stream.write(json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n")
         stream.flush()
         os.fsync(stream.fileno())  # on disk before the rename makes it count
     os.replace(temp, out / META)
@@ -163,7 +209,7 @@ def fingerprint(inputs: Mapping[str, tuple[Path, ...]], options: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def find_reusable(out: Path, fingerprint: str) -> dict | None:
+def find_reusable(out: Path, fingerprint: str) -> CorpusMeta | None:
     """meta.json of a complete corpus in `out` made from the same inputs and options, or None."""
     if not (out / META).is_file():
         return None
@@ -171,15 +217,15 @@ def find_reusable(out: Path, fingerprint: str) -> dict | None:
         meta = load_meta(out)
     except InputError:
         return None
-    if meta.get("fingerprint") != fingerprint:
+    if meta.fingerprint != fingerprint:
         return None
-    for name, size in meta.get("files", {}).items():
+    for name, size in meta.files.items():
         if not (out / name).is_file() or (out / name).stat().st_size != size:
             return None
     return meta
 
 
-def load_meta(data_dir: Path) -> dict:
+def load_meta(data_dir: Path) -> CorpusMeta:
     """meta.json of a prepared corpus, or an InputError saying what to run."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
@@ -191,12 +237,7 @@ def load_meta(data_dir: Path) -> dict:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"{path}: unreadable ({err}); run `nmt prepare` again") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise InputError(
-            f"{path}: corpus format {found!r}, this version reads format {FORMAT}; run `nmt prepare` again"
-        )
-    return meta
+    return CorpusMeta.from_dict(meta, path)
 
 
 class TokenArray:
@@ -252,13 +293,13 @@ def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
 def load_split(data_dir: Path, split: str) -> ParallelSplit:
     """A memory-mapped split ("train", "valid" or "test"): no Python object per sentence."""
     meta = load_meta(data_dir)
-    if split not in meta["splits"]:
-        raise InputError(f"{data_dir}: no {split!r} split (has {', '.join(meta['splits'])})")
-    src = load_array(data_dir, split, meta["src"], meta["dtype"])
-    tgt = load_array(data_dir, split, meta["tgt"], meta["dtype"])
-    if len(src) != len(tgt) or len(src) != meta["splits"][split]["pairs"]:
+    if split not in meta.splits:
+        raise InputError(f"{data_dir}: no {split!r} split (has {', '.join(meta.splits)})")
+    src = load_array(data_dir, split, meta.src, meta.dtype)
+    tgt = load_array(data_dir, split, meta.tgt, meta.dtype)
+    if len(src) != len(tgt) or len(src) != meta.splits[split]["pairs"]:
         raise InputError(
             f"{data_dir}: {split} has {len(src)} source and {len(tgt)} target sentences, "
-            f"meta.json says {meta['splits'][split]['pairs']}; run `nmt prepare` again"
+            f"meta.json says {meta.splits[split]['pairs']}; run `nmt prepare` again"
         )
     return ParallelSplit(src, tgt)

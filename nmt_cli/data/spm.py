@@ -17,13 +17,16 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import sentencepiece
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt_cli.errors import InputError, NmtError, RunFailure
+
+if TYPE_CHECKING:
+    from nmt_cli.data.corpus import CorpusMeta
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -116,19 +119,19 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_models(data_dir: Path, meta: dict) -> tuple[bytes, bytes]:
+def read_models(data_dir: Path, meta: CorpusMeta) -> tuple[bytes, bytes]:
     """The (source, target) model bytes of a prepared corpus, checked against meta.json's
     checksums; identical bytes when the vocabulary is joint."""
     models = []
     for side in ("src", "tgt"):
-        path = Path(data_dir) / meta["spm"][side]
+        path = Path(data_dir) / meta.spm[side]
         try:
             data = path.read_bytes()
         except OSError as err:
             raise InputError(
                 f"{path}: cannot read the sentencepiece model ({err.strerror}); run `nmt prepare` again"
             ) from None
-        if sha256(data) != meta["spm_sha256"][side]:
+        if sha256(data) != meta.spm_sha256[side]:
             raise InputError(
                 f"{path}: checksum differs from meta.json; the corpus was changed after "
                 "`nmt prepare`, run it again"

@@ -123,7 +123,7 @@ def test_rerun_reuses_and_option_change_redoes(data: Path, tmp_path: Path, capsy
     assert (out / "meta.json").stat().st_mtime_ns == stamp
     assert prepare(data, out, "--no-joint") == 0
     meta = corpus.load_meta(out)
-    assert meta["joint"] is False and meta["spm"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    assert meta.joint is False and meta.spm == {"src": "spm.en.model", "tgt": "spm.de.model"}
     assert not (out / "spm.model").exists()  # the old joint model went with the old corpus
     assert decode_split(out, "valid") == (VALID_EN, VALID_DE)
 
@@ -146,10 +146,8 @@ def test_filtering_counts_reasons_and_keeps_pairs_aligned(tmp_path: Path) -> Non
     out = tmp_path / "out"
     assert prepare(tmp_path / "in", out, "--max-len", "30") == 0
     meta = corpus.load_meta(out)
-    assert (
-        meta["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1} and meta["splits"]["train"]["pairs"] == 196
-    )
-    assert meta["splits"]["valid"]["pairs"] == 2 and meta["flagged"]["valid"]["too_long"] == 1
+    assert meta.dropped == {"empty": 2, "too_long": 1, "ratio": 1} and meta.splits["train"]["pairs"] == 196
+    assert meta.splits["valid"]["pairs"] == 2 and meta.flagged["valid"]["too_long"] == 1
     kept = [i for i in range(200) if i not in (3, 7, 10, 20)]
     assert decode_split(out, "train") == ([src[i] for i in kept], [tgt[i] for i in kept])
     assert Path(prefix + ".en").exists()
@@ -167,7 +165,7 @@ def test_crlf_and_bom_are_handled(data: Path, tmp_path: Path) -> None:
 
 def test_spm_sample_caps_the_vocabulary_sample(data: Path, tmp_path: Path) -> None:
     assert prepare(data, tmp_path / "out", "--spm-sample", "200", "--vocab-size", "300") == 0
-    assert corpus.load_meta(tmp_path / "out")["options"]["spm_sample"] == 200
+    assert corpus.load_meta(tmp_path / "out").options["spm_sample"] == 200
 
 
 # --- bad input: exit 2, one line on stderr, nothing written ---------------------------------

@@ -124,8 +124,8 @@ def test_prepare_a_100k_character_line_is_dropped_not_fatal(corpus: Corpus, tmp_
     out = tmp_path / "out"
     assert nmt(*prepare_args(raw, out)) == 0
     meta = corpus_io.load_meta(out)
-    assert meta["dropped"]["too_long"] == 1
-    assert meta["splits"]["train"]["pairs"] == len(corpus_io.load_split(corpus.data, "train"))
+    assert meta.dropped["too_long"] == 1
+    assert meta.splits["train"]["pairs"] == len(corpus_io.load_split(corpus.data, "train"))
 
 
 def test_prepare_full_disk_while_binarizing(

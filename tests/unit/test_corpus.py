@@ -46,14 +46,26 @@ def write_side(directory: Path, split: str, lang: str, arrays: list[list[int]], 
     writer.close()
 
 
-def fake_meta(pairs: int, dtype: str = "uint16") -> dict:
+def fake_meta(pairs: int, dtype: str = "uint16", **fields: object) -> dict:
+    """A complete meta.json for a corpus of one train split; `fields` replace entries."""
     return {
         "format": 1,
         "src": "en",
         "tgt": "de",
+        "joint": True,
         "dtype": dtype,
+        "vocab_size": {"src": 400, "tgt": 400},
+        "spm": {"src": "spm.model", "tgt": "spm.model"},
+        "spm_sha256": {"src": "", "tgt": ""},
+        "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
         "splits": {"train": {"pairs": pairs}},
+        "dropped": {},
+        "flagged": {},
+        "options": {},
+        "inputs": {},
         "files": {},
+        "nmt_version": "0.1.0",
+        **fields,
     }
 
 
@@ -122,7 +134,7 @@ def test_publish_moves_files_then_writes_meta_and_drops_stale_ones(tmp_path: Pat
     staging = corpus.make_staging(out)
     assert not stale.exists() and staging.name == f"{corpus.STAGING_PREFIX}{os.getpid()}"
     (staging / "train.en.bin").write_bytes(b"new")
-    corpus.publish(staging, out, {"format": 1, "files": {"train.en.bin": 3}})
+    corpus.publish(staging, out, corpus.CorpusMeta(**fake_meta(0, files={"train.en.bin": 3})))
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "meta.json", "train.en.bin"]
     assert json.loads((out / "meta.json").read_text())["files"] == {"train.en.bin": 3}
 
@@ -212,10 +224,7 @@ def test_read_models_checks_checksums(tmp_path: Path) -> None:
         what="t",
     )
     (tmp_path / "spm.model").write_bytes(model)
-    meta = {
-        "spm": {"src": "spm.model", "tgt": "spm.model"},
-        "spm_sha256": {"src": spm.sha256(model), "tgt": spm.sha256(model)},
-    }
+    meta = corpus.CorpusMeta(**fake_meta(0, spm_sha256={"src": spm.sha256(model), "tgt": spm.sha256(model)}))
     assert spm.read_models(tmp_path, meta) == (model, model)
     (tmp_path / "spm.model").write_bytes(model + b"x")
     with pytest.raises(InputError, match="checksum differs"):
