@@ -43,10 +43,20 @@ class MultiHeadAttention(nn.Module):
     projects Q from the decoder and K, V (fused) from the encoder output.
     """
 
-    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float, self_attention: bool):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        d_k: int,
+        d_v: int,
+        dropout: float,
+        self_attention: bool,
+        residual: bool = False,
+    ):
         super().__init__()
         self.heads, self.d_k, self.d_v = heads, d_k, d_v
         self.self_attention = self_attention
+        self.residual = residual  # RealFormer: add the previous layer's raw scores, return these
         self.dropout = dropout
         if self_attention:
             self.qkv_proj = nn.Linear(d_model, heads * (2 * d_k + d_v))
@@ -72,6 +82,7 @@ class MultiHeadAttention(nn.Module):
         memory_kv: KVCache | None = None,
         is_causal: bool = False,
         prev_scores: Tensor | None = None,
+        group: int = 1,
     ) -> tuple[Tensor, KVCache | None, Tensor | None]:
         """Attend from `x` (B, T, d_model).
 
@@ -80,11 +91,13 @@ class MultiHeadAttention(nn.Module):
         is_causal: with no mask, each query sees the keys up to its own position, the queries
             being the last T of the S positions (after the cached ones).
         cache: self-attention keys/values of earlier steps; the new ones are appended.
-        memory_kv: precomputed cross-attention keys/values (see project_kv); it may hold one row
-            per `group` consecutive rows of `x` (the hypotheses of one sentence in beam search).
-        prev_scores: RealFormer's raw scores of the previous layer, (B, h, T, S); when given,
-            scores are computed explicitly and returned for the next layer.
-        Returns (output (B, T, d_model), the updated self-attention cache, the raw scores or None).
+        memory_kv: precomputed cross-attention keys/values (see project_kv).
+        prev_scores: with RealFormer, the previous layer's raw scores (B, h, T, S); None in the
+            first layer.
+        group: rows of `x` per row of memory_kv (cross-attention in beam search: the hypotheses
+            of one sentence share its memory row).
+        Returns (output (B, T, d_model), the updated self-attention cache, with RealFormer the
+        raw scores for the next layer, else None).
         """
         if self.self_attention:
             q, k, v = self.qkv_proj(x).split(
@@ -101,17 +114,17 @@ class MultiHeadAttention(nn.Module):
             k, v = memory_kv.k, memory_kv.v
             new_cache = None
         t_q, t_k = q.shape[-2], k.shape[-2]
-        explicit = prev_scores is not None or _explicit(q)
+        explicit = self.residual or _explicit(q)
         if is_causal and mask is None and (explicit or t_q != t_k):
             # SDPA's is_causal puts the diagonal at the top left; with cached keys the new
             # queries are the last t_q positions, so the diagonal belongs at the bottom right.
             mask = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(t_k - t_q)
             is_causal = False
-        group = q.shape[0] // k.shape[0]
+        assert q.shape[0] == k.shape[0] * group, "each memory row serves `group` rows of x"
         if group > 1:
             # A sentence's hypotheses become extra query positions over its one memory row.
             q = _fold(q, group)
-            if prev_scores is not None and prev_scores.dim() == 4:  # the first layer's is a scalar 0
+            if prev_scores is not None:
                 prev_scores = _fold(prev_scores, group)
         p = self.dropout if self.training else 0.0
 
@@ -128,7 +141,7 @@ class MultiHeadAttention(nn.Module):
             # softmax in float32 whatever the scores' dtype, as mixed-precision training does.
             weights = dropout(weights.softmax(dim=-1, dtype=torch.float32).to(v.dtype), p, self.training)
             out = weights @ v
-            if prev_scores is None:
+            if not self.residual:
                 scores = None  # only RealFormer passes the raw scores on
         if group > 1:
             out = _unfold(out, group)

@@ -62,13 +62,27 @@ def window_mask(t_q: int, t_k: int, radius: int, causal: bool, device: torch.dev
     return allowed
 
 
+def _attention(cfg: ModelConfig, self_attention: bool) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model,
+        cfg.heads,
+        cfg.d_k,
+        cfg.d_v,
+        cfg.attention_dropout,
+        self_attention,
+        cfg.residual_attention,
+    )
+
+
+ScorePair = tuple[Tensor | None, Tensor | None]
+"""RealFormer's raw (self-attention, cross-attention) scores passed from layer to layer."""
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True
-        )
+        self.self_attn = _attention(cfg, self_attention=True)
         self.attn_res = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
@@ -84,13 +98,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, True
-        )
+        self.self_attn = _attention(cfg, self_attention=True)
         self.self_res = Residual(cfg.d_model, cfg.dropout, pre)
-        self.cross_attn = MultiHeadAttention(
-            cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_dropout, False
-        )
+        self.cross_attn = _attention(cfg, self_attention=False)
         self.cross_res = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
@@ -103,19 +113,22 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None,
         memory_kv: KVCache,
         src_mask: Tensor,
-        scores: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Tensor, KVCache | None, tuple[Tensor, Tensor] | None]:
-        self_scores, cross_scores = scores if scores is not None else (None, None)
+        scores: ScorePair,
+        group: int = 1,
+    ) -> tuple[Tensor, KVCache | None, ScorePair]:
+        """`scores`: RealFormer's raw self- and cross-attention scores of the layer below (None,
+        None without RealFormer or in the first layer); `group`: hypotheses per memory row."""
+        self_scores, cross_scores = scores
         out, cache, self_scores = self.self_attn(
             self.self_res.before(x), self_mask, cache=cache, is_causal=is_causal, prev_scores=self_scores
         )
         x = self.self_res.after(x, out)
         out, _, cross_scores = self.cross_attn(
-            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores
+            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores, group=group
         )
         x = self.cross_res.after(x, out)
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
-        return x, cache, (self_scores, cross_scores) if scores is not None else None
+        return x, cache, (self_scores, cross_scores)
 
     def cross_attention_weights(
         self,
@@ -124,7 +137,7 @@ class DecoderLayer(nn.Module):
         is_causal: bool,
         memory_kv: KVCache,
         src_mask: Tensor,
-        scores: tuple[Tensor, Tensor] | None,
+        scores: ScorePair,
     ) -> Tensor:
         """The probabilities this layer's encoder-decoder attention puts on each source position,
         (B, h, T, S): softmax(Q K^T / sqrt(d_k)) of Eq. 1 (§3.2.1), padded positions masked.
@@ -132,7 +145,7 @@ class DecoderLayer(nn.Module):
         Computed explicitly because SDPA does not return them; for inspection only, so forward()
         and decode_step() never pay for it. Takes the same inputs as forward() without a cache.
         """
-        self_scores, cross_scores = scores if scores is not None else (None, None)
+        self_scores, cross_scores = scores
         out, _, _ = self.self_attn(
             self.self_res.before(x), self_mask, is_causal=is_causal, prev_scores=self_scores
         )
@@ -142,7 +155,7 @@ class DecoderLayer(nn.Module):
         q = attn.q_proj(self.cross_res.before(x))  # (B, T, h * d_k)
         q = q.view(b, t, attn.heads, attn.d_k).transpose(1, 2)  # (B, h, T, d_k)
         logits = q @ memory_kv.k.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, T, S)
-        if cross_scores is not None and cross_scores.dim() == 4:
+        if cross_scores is not None:
             logits = logits + cross_scores  # RealFormer: the previous layer's raw scores carry over
         return logits.masked_fill(~src_mask, float("-inf")).softmax(dim=-1)
 
@@ -182,10 +195,6 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 emb.weight[PAD_ID].zero_()
 
-    def _residual_scores(self, x: Tensor) -> Tensor | None:
-        # RealFormer starts the score stream at zero; None selects the plain SDPA path.
-        return x.new_zeros(()) if self.cfg.residual_attention else None
-
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, d_model) and src_mask (B, 1, 1, S), True at real tokens."""
         src_mask = (src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
@@ -199,7 +208,7 @@ class Transformer(nn.Module):
             diagonal = torch.eye(s, dtype=torch.bool, device=src.device)
             mask = (src_mask & window) | diagonal
         x = self.src_embed(src)
-        scores = self._residual_scores(x)
+        scores: Tensor | None = None  # RealFormer's raw scores, from the first layer on
         for layer in self.encoder:
             x, scores = layer(x, mask, scores)
         return self.encoder_norm(x), src_mask
@@ -209,12 +218,11 @@ class Transformer(nn.Module):
         t, start = tgt_in.shape[1], state.step
         x = self.tgt_embed(tgt_in, start)
         self_mask, is_causal = self._target_mask(t, start, tgt_in.device)
-        scores = self._residual_scores(x)
-        scores_pair = (scores, scores) if scores is not None else None
+        scores: ScorePair = (None, None)
         new_kv: list[KVCache | None] = []
         for layer, cache, memory_kv in zip(self.decoder, state.self_kv, state.memory_kv, strict=True):
-            x, cache, scores_pair = layer(
-                x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores_pair
+            x, cache, scores = layer(
+                x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores, state.beam
             )
             new_kv.append(cache)
         state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
@@ -263,12 +271,11 @@ class Transformer(nn.Module):
         t = tgt_in.shape[1]
         x = self.tgt_embed(tgt_in)
         self_mask, is_causal = self._target_mask(t, 0, tgt_in.device)
-        scores = self._residual_scores(x)
-        scores_pair = (scores, scores) if scores is not None else None
+        scores: ScorePair = (None, None)
         for block, kv in zip(blocks[:index], memory_kv, strict=False):
-            x, _, scores_pair = block(x, self_mask, is_causal, None, kv, src_mask, scores_pair)
+            x, _, scores = block(x, self_mask, is_causal, None, kv, src_mask, scores)
         return blocks[index].cross_attention_weights(
-            x, self_mask, is_causal, memory_kv[index], src_mask, scores_pair
+            x, self_mask, is_causal, memory_kv[index], src_mask, scores
         )
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
