@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -30,28 +30,16 @@ class Reporter:
         self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it"
     ) -> Iterator[T]:
         """Iterate with a progress bar on stderr (when enabled)."""
-        yield from tqdm(
-            items,
-            desc=desc,
-            total=total,
-            unit=unit,
-            disable=not self.bars_enabled,
-            file=sys.stderr,
-            dynamic_ncols=True,
-            leave=False,
-        )
+        yield from self._tqdm(iterable=items, desc=desc, total=total, unit=unit)
 
     def bar(self, desc: str, total: int | None = None, unit: str = "it", initial: int = 0) -> tqdm:
         """A manually advanced bar (`bar.update(n)`, `bar.set_postfix_str(...)`, `bar.close()`)."""
+        return self._tqdm(desc=desc, total=total, unit=unit, initial=initial)
+
+    def _tqdm(self, **settings: Any) -> tqdm:
+        # Off when not a TTY or --quiet; stderr, so that stdout stays the command's output.
         return tqdm(
-            desc=desc,
-            total=total,
-            unit=unit,
-            initial=initial,
-            disable=not self.bars_enabled,
-            file=sys.stderr,
-            dynamic_ncols=True,
-            leave=False,
+            disable=not self.bars_enabled, file=sys.stderr, dynamic_ncols=True, leave=False, **settings
         )
 
     def info(self, message: str) -> None:
