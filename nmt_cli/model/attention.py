@@ -74,6 +74,21 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
         return KVCache(self._split(k, self.d_k), self._split(v, self.d_v))
 
+    def cross_weights(
+        self, x: Tensor, memory_kv: KVCache, mask: Tensor, prev_scores: Tensor | None = None
+    ) -> Tensor:
+        """The probabilities cross-attention from `x` (B, T, d_model) puts on each memory
+        position, (B, h, T, S), in float32; for inspection (`nmt attend`), since forward() never
+        materialises them on the SDPA path."""
+        q = self._split(self.q_proj(x), self.d_k)
+        scores = self._scores(q, memory_kv.k, prev_scores)
+        return scores.float().masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+    def _scores(self, q: Tensor, k: Tensor, prev_scores: Tensor | None) -> Tensor:
+        """Q K^T / sqrt(d_k) (Eq. 1), plus RealFormer's scores of the layer below: (B, h, T, S)."""
+        scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.d_k))
+        return scores if prev_scores is None else scores + prev_scores
+
     def forward(
         self,
         x: Tensor,
@@ -134,9 +149,7 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal and mask is None
             )
         else:
-            scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.d_k))  # (B, h, T, S)
-            if prev_scores is not None:
-                scores = scores + prev_scores
+            scores = self._scores(q, k, prev_scores)
             weights = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
             # softmax in float32 whatever the scores' dtype, as mixed-precision training does.
             weights = dropout(weights.softmax(dim=-1, dtype=torch.float32).to(v.dtype), p, self.training)

@@ -6,7 +6,6 @@ and `config`. The model returns logits or log-probabilities, never a loss.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -150,14 +149,7 @@ class DecoderLayer(nn.Module):
             self.self_res.before(x), self_mask, is_causal=is_causal, prev_scores=self_scores
         )
         x = self.self_res.after(x, out)
-        attn = self.cross_attn
-        b, t, _ = x.shape
-        q = attn.q_proj(self.cross_res.before(x))  # (B, T, h * d_k)
-        q = q.view(b, t, attn.heads, attn.d_k).transpose(1, 2)  # (B, h, T, d_k)
-        logits = q @ memory_kv.k.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, T, S)
-        if cross_scores is not None:
-            logits = logits + cross_scores  # RealFormer: the previous layer's raw scores carry over
-        return logits.masked_fill(~src_mask, float("-inf")).softmax(dim=-1)
+        return self.cross_attn.cross_weights(self.cross_res.before(x), memory_kv, src_mask, cross_scores)
 
 
 class Transformer(nn.Module):
