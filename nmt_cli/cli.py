@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from nmt_cli import __version__
-from nmt_cli.errors import NmtError
+from nmt_cli.errors import describe
 
 app = typer.Typer(
     name="nmt",
@@ -376,20 +376,12 @@ def main(argv: list[str] | None = None) -> None:
     a command becomes one line and an exit code here."""
     try:
         app(args=argv, prog_name="nmt")
-    except NmtError as exc:
-        _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing left to say
         sys.exit(1)
-    except MemoryError:
-        _fail("out of memory; use smaller batches (--batch-tokens, train.max_tokens)", 1)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        _fail(f"{exc.strerror or exc}{where}", 1)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against a raw traceback
-        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 1)
+    except (Exception, KeyboardInterrupt) as exc:  # the last line of defence against a raw traceback
+        message, code = describe(exc) or (str(exc), 1)
+        _fail(message, code)
 
 
 def _fail(message: str, code: int) -> None:

@@ -20,7 +20,7 @@ from typing import BinaryIO, TextIO
 from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
-from nmt_cli.errors import InputError, NmtError, RunFailure
+from nmt_cli.errors import InputError, NmtError, describe
 from nmt_cli.report import Reporter
 from nmt_cli.translator import Translator, load_translator
 
@@ -115,24 +115,17 @@ def _translate_to_file(
 
 
 def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) -> NmtError | None:
-    """The one-line error for `err` that also says what `partial` keeps; None: re-raise `err` as it
-    is. Exit codes are those that `cli.main` gives the same error without a partial file."""
+    """The one-line error for `err` that also says what `partial` keeps, with the exit code the
+    same error gets without a partial file; None: re-raise `err` as it is."""
     kept = f"after {done:,} lines; they are in {partial}" if done else "before the first line was written"
     where = f"--output {output_path}"
-    if isinstance(err, KeyboardInterrupt):
-        return NmtError(f"{where}: interrupted {kept}", exit_code=130)
-    if isinstance(err, OSError):
+    if isinstance(err, OSError):  # writing the output failed: bad --output, or a full disk
         return InputError(f"{where}: cannot write ({err.strerror or err}); stopped {kept}")
-    if isinstance(err, NmtError):
-        return NmtError(f"{err}; {where}: stopped {kept}", exit_code=err.exit_code)
-    if isinstance(err, MemoryError):
-        return RunFailure(f"out of memory; use smaller batches (--batch-tokens); {where}: stopped {kept}")
-    if isinstance(err, Exception):
-        return RunFailure(
-            f"internal error: {type(err).__name__}: {err}; {where}: stopped {kept} "
-            "(run with --debug for the traceback)"
-        )
-    return None  # SystemExit and the like: not a failure of this run
+    described = describe(err)
+    if described is None:
+        return None
+    message, code = described
+    return NmtError(f"{message}; {where}: stopped {kept}", exit_code=code)
 
 
 def _translate_stream(

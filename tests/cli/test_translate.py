@@ -291,9 +291,9 @@ def fail_after_first_buffer(monkeypatch: pytest.MonkeyPatch, error: BaseExceptio
 @pytest.mark.parametrize(
     ("error", "code", "words", "options", "existing"),
     [
-        (KeyboardInterrupt(), 130, "interrupted after", [], False),
+        (KeyboardInterrupt(), 130, "interrupted; --output", [], False),
         (RuntimeError("boom"), 1, "boom", [], False),
-        (KeyboardInterrupt(), 130, "interrupted after", ["--beam", "2", "--nbest", "2"], False),
+        (KeyboardInterrupt(), 130, "interrupted; --output", ["--beam", "2", "--nbest", "2"], False),
         (RuntimeError("boom"), 1, "boom", [], True),
     ],
     ids=["ctrl-c", "crash", "ctrl-c with nbest", "crash with an existing output and a stale partial"],

@@ -219,7 +219,8 @@ def test_a_stopped_translation_keeps_its_complete_lines_in_a_partial_file(
     if sig == signal.SIGINT:
         assert process.returncode == 130
         assert err.decode().strip() == (
-            f"nmt: error: --output {target}: interrupted after {len(kept):,} lines; they are in {partial}"
+            f"nmt: error: interrupted; --output {target}: "
+            f"stopped after {len(kept):,} lines; they are in {partial}"
         )
     else:
         assert process.returncode == -signal.SIGKILL
