@@ -73,6 +73,14 @@ def _attention(cfg: ModelConfig, self_attention: bool) -> MultiHeadAttention:
     )
 
 
+def _residual(cfg: ModelConfig) -> Residual:
+    return Residual(cfg.d_model, cfg.dropout, pre_norm=cfg.norm == "pre")
+
+
+def _feed_forward(cfg: ModelConfig) -> FeedForward:
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+
+
 ScorePair = tuple[Tensor | None, Tensor | None]
 """RealFormer's raw (self-attention, cross-attention) scores passed from layer to layer."""
 
@@ -80,11 +88,10 @@ ScorePair = tuple[Tensor | None, Tensor | None]
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        pre = cfg.norm == "pre"
         self.self_attn = _attention(cfg, self_attention=True)
-        self.attn_res = Residual(cfg.d_model, cfg.dropout, pre)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
-        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.attn_res = _residual(cfg)
+        self.ffn = _feed_forward(cfg)
+        self.ffn_res = _residual(cfg)
 
     def forward(self, x: Tensor, mask: Tensor, scores: Tensor | None) -> tuple[Tensor, Tensor | None]:
         out, _, scores = self.self_attn(self.attn_res.before(x), mask, prev_scores=scores)
@@ -96,13 +103,12 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        pre = cfg.norm == "pre"
         self.self_attn = _attention(cfg, self_attention=True)
-        self.self_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.self_res = _residual(cfg)
         self.cross_attn = _attention(cfg, self_attention=False)
-        self.cross_res = Residual(cfg.d_model, cfg.dropout, pre)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
-        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre)
+        self.cross_res = _residual(cfg)
+        self.ffn = _feed_forward(cfg)
+        self.ffn_res = _residual(cfg)
 
     def forward(
         self,
