@@ -55,11 +55,10 @@ def main(argv: list[str] | None = None) -> dict:
                 max_len_b=result["decode_max_len_b"],
             )
             translator = load_translator([model], torch.device("cpu"), precision, overrides)
-            translator.translate(source[:100], args.batch_tokens)  # warm-up
+            translator.translate(source[:100], batch_tokens=args.batch_tokens)  # warm-up
             start = time.perf_counter()
-            hyps = translator.translate(source, args.batch_tokens)
+            text = translator.translate(source, batch_tokens=args.batch_tokens)
             seconds = time.perf_counter() - start
-            text = [h[0][0] for h in hyps]
             pieces = sum(len(translator.tgt_spm.encode(t)) + 1 for t in text)  # + EOS
             score = sacrebleu.corpus_bleu(text, [reference])
             tag = f"{name}_{precision}"

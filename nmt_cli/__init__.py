@@ -1,3 +1,21 @@
-"""nmt: the Transformer of "Attention Is All You Need" as a command-line toolkit."""
+"""nmt: the Transformer of "Attention Is All You Need" as a command-line toolkit.
+
+`from nmt_cli import Translator` is the Python API (see `nmt_cli.translator`); it is imported on
+first use so that the command line starts without loading torch for commands that do not need it.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+__all__ = ["Translator", "__version__"]
+
+if TYPE_CHECKING:
+    from nmt_cli.translator import Translator
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Translator":
+        from nmt_cli.translator import Translator
+
+        return Translator
+    raise AttributeError(f"module 'nmt_cli' has no attribute {name!r}")

@@ -1,12 +1,21 @@
-"""Translation as a library: checkpoints loaded as an ensemble with their sentencepiece models,
-and lists of raw strings in, (text, score) hypotheses out. `nmt translate`, `nmt attend` and the
-benchmarks share it. No printing and no files besides the checkpoints it loads. Imports torch,
-numpy, `checkpoint`, `config`, the model, search, `data.spm` and `errors`.
+"""Translation as a library, and nmt's Python API:
+
+    from nmt_cli import Translator
+    t = Translator.load("avg.pt", device="cpu", precision="bf16")
+    t.translate(["A man rides a bike.", "Two dogs play."], beam=4)   # one string per line
+    t.translate_nbest(["A man rides a bike."], nbest=3)             # (text, score) lists
+
+Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
+in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing, no global
+state and no files besides the checkpoints it loads. Imports torch, numpy, `checkpoint`, `config`,
+`device`, the model, search, `data.spm` and `errors`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,30 +25,107 @@ from sentencepiece import SentencePieceProcessor
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides
 from nmt_cli.data import spm
+from nmt_cli.device import check_precision, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.search import Ensemble, translate_sentences
 from nmt_cli.training.precision import autocast
 
+Hypotheses = list[tuple[str, float]]
+"""A line's (text, score) hypotheses, best first; the score is the length-normalised log-probability."""
 
-@dataclass
+PRECISIONS = ("fp32", "bf16")
+
+
 class Translator:
-    """Loaded models with their sentencepiece processors and decode settings."""
+    """Loaded models with their sentencepiece processors and default decode settings.
 
-    ensemble: Ensemble
-    decode: DecodeConfig
-    src_spm: SentencePieceProcessor
-    tgt_spm: SentencePieceProcessor
-    device: torch.device
-    precision: str
-    truncated: int = 0
+    Safe to share between threads: calls are served one at a time (a lock), so a second caller
+    waits for the first. Decode settings given to a call apply to that call only.
+    """
+
+    def __init__(
+        self,
+        ensemble: Ensemble,
+        decode: DecodeConfig,
+        src_spm: SentencePieceProcessor,
+        tgt_spm: SentencePieceProcessor,
+        device: torch.device,
+        precision: str,
+    ):
+        self.ensemble = ensemble
+        self.decode = decode
+        """The recipe's [decode] settings with the load-time overrides applied."""
+        self.src_spm = src_spm
+        self.tgt_spm = tgt_spm
+        self.device = device
+        self.precision = precision
+        self.truncated = 0
+        """Input lines cut to the model's longest source so far."""
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        device: str = "auto",
+        precision: str = "fp32",
+        decode: DecodeOverrides = DecodeOverrides(),
+    ) -> Translator:
+        """Load a checkpoint (or several, as an ensemble) on `device` ("auto", "cpu", "cuda",
+        "cuda:N") to decode in `precision` ("fp32" or "bf16"); `decode` overrides the recipe's
+        [decode] settings for every call. Raises `nmt_cli.errors.NmtError` with a one-line
+        message for a missing or damaged checkpoint or a bad setting."""
+        paths = [Path(model)] if isinstance(model, str | os.PathLike) else [Path(p) for p in model]
+        if not paths:
+            raise InputError("Translator.load: no checkpoint given")
+        dev = resolve_device(device)
+        check_precision(precision, dev, PRECISIONS)
+        return load_translator(paths, dev, precision, decode)
 
     @property
     def max_source(self) -> int:
         return self.ensemble.max_positions - 1  # room for EOS
 
-    def translate(self, lines: list[str], batch_tokens: int, nbest: int = 1) -> list[list[tuple[str, float]]]:
-        """(text, score) hypotheses for each line; an empty line gets one empty hypothesis."""
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        beam: int | None = None,
+        lenpen: float | None = None,
+        batch_tokens: int = 4096,
+    ) -> list[str]:
+        """The best translation of each line, in input order; "" for an empty line."""
+        return [
+            hyps[0][0]
+            for hyps in self.translate_nbest(lines, 1, beam=beam, lenpen=lenpen, batch_tokens=batch_tokens)
+        ]
+
+    def translate_nbest(
+        self,
+        lines: Sequence[str],
+        nbest: int = 1,
+        *,
+        beam: int | None = None,
+        lenpen: float | None = None,
+        batch_tokens: int = 4096,
+    ) -> list[Hypotheses]:
+        """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
+        empty hypothesis. `beam` (default: the recipe's, raised to `nbest` if smaller) and `lenpen`
+        apply to this call only."""
+        if nbest < 1 or batch_tokens < 1:
+            raise InputError("nbest and batch_tokens must be at least 1")
+        settings = DecodeOverrides(beam=beam, lenpen=lenpen).apply(self.decode, "translate options")
+        if beam is None and settings.beam < nbest:
+            settings = DecodeOverrides(beam=nbest).apply(settings, "translate options")
+        if nbest > settings.beam:
+            raise InputError(f"nbest {nbest} is larger than the beam ({settings.beam}); raise the beam")
+        with self._lock:
+            return self._translate(list(lines), settings, batch_tokens, nbest)
+
+    def _translate(
+        self, lines: list[str], settings: DecodeConfig, batch_tokens: int, nbest: int
+    ) -> list[Hypotheses]:
         ids = []
         for line in lines:
             pieces = self.src_spm.encode(line.strip()) if line.strip() else []
@@ -48,10 +134,10 @@ class Translator:
                 self.truncated += 1
             ids.append(np.asarray(pieces, dtype=np.int64))
         todo = [i for i, x in enumerate(ids) if len(x)]
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        results: list[Hypotheses] = [[("", 0.0)] for _ in lines]
         with autocast(self.device, self.precision):
             hyps = translate_sentences(
-                self.ensemble, [ids[i] for i in todo], self.decode, batch_tokens, self.device, nbest
+                self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest
             )
         for i, sentence in zip(todo, hyps, strict=True):
             results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]

@@ -144,7 +144,7 @@ def _translate_stream(
     number = 0
     for lines in _buffers(source, name, buffer_size):
         chunk = []
-        for hyps in translator.translate(lines, batch_tokens, nbest):
+        for hyps in translator.translate_nbest(lines, nbest, batch_tokens=batch_tokens):
             if nbest == 1:
                 chunk.append(hyps[0][0] + "\n")
             else:

@@ -51,7 +51,7 @@ def translator(trained: TrainedRun) -> Translator:
 @given(lines=st.lists(LINE, max_size=10))
 def test_random_unicode_lines_get_one_answer_each(translator: Translator, lines: list[str]) -> None:
     with one_thread():
-        results = translator.translate(lines, batch_tokens=256)
+        results = translator.translate_nbest(lines, batch_tokens=256)
     assert len(results) == len(lines)
     for line, hyps in zip(lines, results, strict=True):
         assert len(hyps) == 1
