@@ -16,6 +16,18 @@ import typer
 
 from nmt_cli import __version__
 from nmt_cli.errors import describe
+from nmt_cli.options import (
+    BatchTokens,
+    Beam,
+    Device,
+    Input,
+    Lenpen,
+    LenpenStyle,
+    MaxLenA,
+    MaxLenB,
+    MinLen,
+    Threads,
+)
 
 app = typer.Typer(
     name="nmt",
@@ -194,20 +206,20 @@ def average(
     )
 
 
-# Options that several commands take, declared once.
-Beam = Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")]
-Lenpen = Annotated[float | None, typer.Option(help="Length penalty alpha.")]
-LenpenStyle = Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")]
-MaxLenA = Annotated[float | None, typer.Option(help="Max output length = a * source length + b.")]
-MaxLenB = Annotated[int | None, typer.Option(help="See --max-len-a.")]
-MinLen = Annotated[
-    int | None,
-    typer.Option(help="Fewest target tokens before the end (0 allows an empty translation). Default: 1."),
-]
-BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
-Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
-Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
-Input = Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")]
+@app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
+def export(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
+    format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="Weights: none (fp32), int8, int16, bfloat16...")
+    ] = "none",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
+) -> None:
+    """Write a checkpoint as a CTranslate2 model directory, with its sentencepiece model."""
+    from nmt_cli.commands import export as command
+
+    command.run(model, format_, output, quantization, force, quiet=Globals.quiet)
 
 
 @app.command(
