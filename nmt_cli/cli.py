@@ -242,8 +242,16 @@ def translate(
     batch_tokens: BatchTokens = 4096,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
     device: Device = "auto",
-    precision: Annotated[str, typer.Option(help="bf16 or fp32.")] = "fp32",
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, bf16, int8 (CPU) or fp16 (GPU). Default: the device's fastest.")
+    ] = None,
     threads: Threads = 0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="CPU decoding processes of one thread each (0: one per core, or 1 with --threads)."
+        ),
+    ] = 0,
 ) -> None:
     """Translate text with beam search (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -254,7 +262,7 @@ def translate(
         input_path=input_,
         output_path=output,
         decode=DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len),
-        runtime=RuntimeConfig(device, precision, threads),
+        runtime=RuntimeConfig(device, precision, threads, workers),
         nbest=nbest,
         batch_tokens=batch_tokens,
         buffer_size=buffer_size,

@@ -246,6 +246,8 @@ class RuntimeConfig:
     """fp32, bf16 or fp16; which ones a command accepts is its own check. None: the recipe's."""
     threads: int = 0
     """CPU threads; 0 keeps torch's default."""
+    workers: int = 1
+    """Decoding processes (CPU); 0: one per core, of one thread each."""
 
 
 @dataclass

@@ -15,26 +15,36 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
+from torch import nn
+from torch.ao.quantization import quantize_dynamic
 
 from nmt_cli import checkpoint
-from nmt_cli.config import DecodeConfig, DecodeOverrides
+from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data import spm
 from nmt_cli.device import check_precision, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.search import Ensemble, translate_sentences
-from nmt_cli.training.precision import autocast
+from nmt_cli.workers import WorkerPool, can_fork, usable_cores
+
+CPU_PRECISION = "bf16"
+MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
 
 Hypotheses = list[tuple[str, float]]
 """A line's (text, score) hypotheses, best first; the score is the length-normalised log-probability."""
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+"""fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
+log-probabilities stay float32); int8: every linear layer, the output projection included, with
+int8 weights and activations quantized per call (torch's dynamic quantization; CPU only)."""
 
 
 class Translator:
@@ -63,6 +73,7 @@ class Translator:
         self.truncated = 0
         """Input lines cut to the model's longest source so far."""
         self._lock = threading.Lock()
+        self._pool: WorkerPool | None = None
 
     @classmethod
     def load(
@@ -79,9 +90,7 @@ class Translator:
         paths = [Path(model)] if isinstance(model, str | os.PathLike) else [Path(p) for p in model]
         if not paths:
             raise InputError("Translator.load: no checkpoint given")
-        dev = resolve_device(device)
-        check_precision(precision, dev, PRECISIONS)
-        return load_translator(paths, dev, precision, decode)
+        return load_translator(paths, resolve_device(device), precision, decode)
 
     @property
     def max_source(self) -> int:
@@ -121,7 +130,35 @@ class Translator:
         if nbest > settings.beam:
             raise InputError(f"nbest {nbest} is larger than the beam ({settings.beam}); raise the beam")
         with self._lock:
-            return self._translate(list(lines), settings, batch_tokens, nbest)
+            if self._pool is None:
+                return self._translate(list(lines), settings, batch_tokens, nbest)
+            results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest))
+            self.truncated += truncated
+            return results
+
+    def start_workers(self, workers: int) -> None:
+        """Decode in `workers` processes of one thread each from now on (CPU; see `workers`).
+        Call it before starting threads of your own: the processes are forked. Stop them with
+        `close()`."""
+        if self.device.type != "cpu" and workers > 1:
+            raise InputError(f"several decoding workers are for CPU decoding, not {self.device}")
+        if workers < 1:
+            raise InputError(f"workers {workers}: must be at least 1")
+        if workers > 1 and can_fork():
+            self._pool = WorkerPool(self._translate_part, workers)
+
+    def close(self) -> None:
+        """Stop the decoding workers, if any."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _translate_part(
+        self, lines: list[str], call: tuple[DecodeConfig, int, int]
+    ) -> tuple[list[Hypotheses], int]:
+        """A worker's share of a call: its lines' results and how many it truncated."""
+        before = self.truncated
+        return self._translate(lines, *call), self.truncated - before
 
     def _translate(
         self, lines: list[str], settings: DecodeConfig, batch_tokens: int, nbest: int
@@ -135,13 +172,31 @@ class Translator:
             ids.append(np.asarray(pieces, dtype=np.int64))
         todo = [i for i, x in enumerate(ids) if len(x)]
         results: list[Hypotheses] = [[("", 0.0)] for _ in lines]
-        with autocast(self.device, self.precision):
-            hyps = translate_sentences(
-                self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest
-            )
+        hyps = translate_sentences(
+            self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest
+        )
         for i, sentence in zip(todo, hyps, strict=True):
             results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]
         return results
+
+
+def default_precision(device: torch.device) -> str:
+    """The fastest precision that keeps quality on `device` (see bench/decode_vs_ctranslate2.py)."""
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return CPU_PRECISION
+
+
+def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
+    """Decoding processes: as asked; by default one per core on CPU (each of one thread), unless a
+    thread count is given, which then goes to a single process."""
+    if runtime.workers < 0:
+        raise InputError(f"--workers {runtime.workers}: must be 0 (one per core) or a positive count")
+    if device.type != "cpu":
+        return 1
+    if runtime.workers == 0:
+        return 1 if runtime.threads > 0 else min(usable_cores(), MAX_AUTO_WORKERS)
+    return runtime.workers
 
 
 def load_translator(
@@ -151,6 +206,9 @@ def load_translator(
     overrides: DecodeOverrides = DecodeOverrides(),
 ) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
+    check_precision(precision, device, PRECISIONS)
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
     models, spm_models, cfg = [], None, None
     for path in paths:
         ckpt = checkpoint.load(path)
@@ -164,7 +222,7 @@ def load_translator(
             )
         model = Transformer(run_cfg.model)
         model.load_state_dict(ckpt.model)
-        models.append(model.eval().to(device))
+        models.append(for_decoding(model.eval().to(device), precision))
     assert cfg is not None and spm_models is not None
     return Translator(
         Ensemble(models),
@@ -174,3 +232,21 @@ def load_translator(
         device,
         precision,
     )
+
+
+def for_decoding(model: Transformer, precision: str) -> Transformer:
+    """The model in the form that decodes fastest at `precision`, converted once at load: per-step
+    casts (autocast) cost more than the arithmetic they save at decoding's small batches."""
+    if precision in ("bf16", "fp16"):
+        return model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
+    if precision != "int8":
+        return model
+    if model.output_proj is None:
+        # A projection of its own that shares the embedding matrix, so that it is quantized too:
+        # it holds most of a small model's arithmetic per step.
+        tied = nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size, bias=False)
+        tied.weight = model.tgt_embed.tokens.weight
+        model.output_proj = tied
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the kernels are current
+        return cast(Transformer, quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8))

@@ -19,10 +19,10 @@ from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
-from nmt_cli.device import check_precision, configure_cpu, resolve_device
+from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, describe
 from nmt_cli.report import Reporter
-from nmt_cli.translator import Translator, load_translator
+from nmt_cli.translator import Translator, decoding_workers, default_precision, load_translator
 
 
 def run(
@@ -37,10 +37,11 @@ def run(
     quiet: bool,
 ) -> None:
     reporter = Reporter(quiet)
-    configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
-    precision = runtime.precision or "fp32"
-    check_precision(precision, dev, ("bf16", "fp32"))
+    workers = decoding_workers(runtime, dev)
+    # One thread a process when there are several: forked workers must not inherit a thread pool.
+    configure_cpu(1 if workers > 1 else runtime.threads)
+    precision = runtime.precision or default_precision(dev)
     if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
     if input_path is not None:
@@ -50,12 +51,14 @@ def run(
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
     name = str(input_path) if input_path is not None else "stdin"
+    translator.start_workers(workers)
     try:
         if output_path is None:
             _translate_stream(translator, source, name, sys.stdout, batch_tokens, buffer_size, nbest)
         else:
             _translate_to_file(translator, source, name, output_path, batch_tokens, buffer_size, nbest)
     finally:
+        translator.close()
         if input_path is not None:
             source.close()
     if translator.truncated:

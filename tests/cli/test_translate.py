@@ -108,9 +108,12 @@ def test_a_last_line_without_newline_and_crlf_are_translated(
     assert out.split("\n") == ["apple river", "", "stone cloud", ""]
 
 
-def test_a_pipe_gets_each_answer_before_eof(trained: TrainedRun, corpus: Corpus) -> None:
+@pytest.mark.parametrize(
+    "parallel", [["--threads", "1"], ["--workers", "2"]], ids=["one-thread", "two-workers"]
+)
+def test_a_pipe_gets_each_answer_before_eof(trained: TrainedRun, corpus: Corpus, parallel: list[str]) -> None:
     process = subprocess.Popen(
-        nmt_command("-q", "translate", "-m", trained.checkpoint, "--threads", 1),
+        nmt_command("-q", "translate", "-m", trained.checkpoint, *parallel),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -215,7 +218,8 @@ def test_beam_one_equals_greedy(
     # Some sentences longer than the training data, so that the model makes mistakes worth comparing.
     lines = sentences(8, seed=5, min_words=4, max_words=14)
     text = "".join(f"{x}\n" for x in lines)
-    code, out, _ = translate_stdin(["-m", trained.checkpoint, "--beam", "1"], text, capsys, monkeypatch)
+    args = ["-m", trained.checkpoint, "--beam", "1", "--precision", "fp32"]  # the reference's precision
+    code, out, _ = translate_stdin(args, text, capsys, monkeypatch)
     assert code == 0
     assert out.splitlines() == reference_greedy(checkpoint.load(trained.checkpoint), lines)
 

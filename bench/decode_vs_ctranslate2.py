@@ -1,0 +1,253 @@
+"""nmt against CTranslate2 decoding one model: the benchmark's Multi30k model, exported with
+`nmt export`, on the same input with the same beam, length normalisation and batch budget.
+
+Input: test_2016_flickr.en repeated to --lines lines (5,000 by default), so that BLEU is the
+test set's. Settings for both engines: beam 4 and greedy; scores normalised by |Y| (nmt
+`--lenpen-style fairseq --lenpen 1.0`, CTranslate2 `length_penalty=1`); at least one target
+token; 4,096 source tokens a batch. nmt's maximum length is source + 50; CTranslate2 takes one
+limit for all, 256 (no Multi30k output comes near either).
+
+Engines and settings: CTranslate2 fp32 and int8 (exported with int8 weights) at both 2-thread
+layouts, 1 worker x 2 threads and 2 x 1; nmt at each --precision with its default workers
+(one process per core, one thread each). Two measurements each:
+- whole process: a fresh process reads the file, loads the model, translates, writes the
+  output (median of --repeats runs), as a user runs it;
+- steady state: decoding the lines in a process that already holds the loaded model.
+Target tokens are the sentencepiece pieces of the output text (EOS not counted), counted the
+same way for both engines. Prints one JSON object.
+    .venv/bin/python bench/decode_vs_ctranslate2.py [--lines 5000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+from common import DEFAULT_DATA, ROOT, WORK, emit
+from time_to_bleu import trained_model
+
+CT2_LAYOUTS = {"2x1": (2, 1), "1x2": (1, 2)}  # (inter_threads, intra_threads)
+NMT_PRECISIONS = ("fp32", "bf16", "int8")
+BATCH_TOKENS = 4096
+# One CTranslate2 run as its own process; prints the seconds of translate_batch alone.
+CT2_SCRIPT = """
+import sys, time, ctranslate2, sentencepiece
+model, compute, inter, intra, beam, batch, src, out = sys.argv[1:9]
+sp = sentencepiece.SentencePieceProcessor(model_file=model + "/spm.model")
+t = ctranslate2.Translator(model, device="cpu", compute_type=compute,
+                           inter_threads=int(inter), intra_threads=int(intra))
+lines = open(src, encoding="utf-8").read().splitlines()
+start = time.perf_counter()
+results = t.translate_batch([sp.encode(x, out_type=str) for x in lines], beam_size=int(beam),
+                            length_penalty=1.0, max_batch_size=int(batch), batch_type="tokens")
+seconds = time.perf_counter() - start
+open(out, "w", encoding="utf-8").write("".join(sp.decode(r.hypotheses[0]) + "\\n" for r in results))
+print(seconds)
+"""
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--minutes", type=float, default=15.0, help="training time of the cached model")
+    parser.add_argument("--lines", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--beams", default="4,1")
+    args = parser.parse_args(argv)
+    model, _ = trained_model(args.data, "bf16", args.minutes)
+    work = WORK / "vs_ct2"
+    work.mkdir(parents=True, exist_ok=True)
+    source, reference = _inputs(args.data, args.lines, work)
+    exports = {q: _export(model, work / f"ct2_{q}", q) for q in ("none", "int8")}
+    import sentencepiece
+
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(exports["none"] / "spm.model"))
+
+    def measured(output: Path, seconds: list[float]) -> dict:
+        hyps = output.read_text(encoding="utf-8").splitlines()
+        score = sacrebleu.corpus_bleu(hyps, [reference])
+        tokens = sum(len(pieces.encode(h)) for h in hyps)
+        median = statistics.median(seconds)
+        return {
+            "seconds": round(median, 3),
+            "tok_s": round(tokens / median),
+            "sent_s": round(len(hyps) / median, 1),
+            "bleu": round(score.score, 2),
+            "len_ratio": round(score.sys_len / score.ref_len, 3),
+        }
+
+    result: dict = {"lines": args.lines, "settings": "lenpen |Y|^1, batch 4096 tokens, 2 cores"}
+    result["startup_load_s"] = _startup(model, source, work, args.repeats)
+    for beam in [int(b) for b in args.beams.split(",")]:
+        name = "beam4" if beam == 4 else "greedy" if beam == 1 else f"beam{beam}"
+        rows: dict = {}
+        for quant, compute in (("none", "float32"), ("int8", "int8")):
+            for layout, (inter, intra) in CT2_LAYOUTS.items():
+                out = work / f"ct2_{name}_{compute}_{layout}.hyp"
+                whole, steady = [], []
+                for _ in range(args.repeats):
+                    started = time.perf_counter()
+                    printed = subprocess.run(
+                        [
+                            sys.executable,
+                            "-c",
+                            CT2_SCRIPT,
+                            str(exports[quant]),
+                            compute,
+                            str(inter),
+                            str(intra),
+                            str(beam),
+                            str(BATCH_TOKENS // beam),  # nmt's budget, which it divides by the beam too
+                            str(source),
+                            str(out),
+                        ],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    ).stdout
+                    whole.append(time.perf_counter() - started)
+                    steady.append(float(printed.split()[-1]))
+                rows[f"ct2_{compute}_{layout}"] = {
+                    "whole": measured(out, whole),
+                    "steady": measured(out, steady),
+                }
+        for precision in NMT_PRECISIONS:
+            out = work / f"nmt_{name}_{precision}.hyp"
+            whole = []
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "nmt_cli",
+                        "-q",
+                        "translate",
+                        "-m",
+                        str(model),
+                        "-i",
+                        str(source),
+                        "-o",
+                        str(out),
+                        "--precision",
+                        precision,
+                        "--beam",
+                        str(beam),
+                        "--lenpen-style",
+                        "fairseq",
+                        "--lenpen",
+                        "1.0",
+                        "--batch-tokens",
+                        str(BATCH_TOKENS),
+                    ],
+                    check=True,
+                    cwd=ROOT,
+                )
+                whole.append(time.perf_counter() - started)
+            rows[f"nmt_{precision}"] = {
+                "whole": measured(out, whole),
+                "steady": _nmt_steady(model, source, out, precision, beam, args.repeats, measured),
+            }
+        result[name] = rows
+        _compare(rows, result, name)
+    emit(result)
+    return result
+
+
+def _compare(rows: dict, result: dict, name: str) -> None:
+    """nmt's fastest setting within 0.3 BLEU of its fp32, against CTranslate2 int8's better layout."""
+    fp32_bleu = rows["nmt_fp32"]["whole"]["bleu"]
+    for kind in ("whole", "steady"):
+        ct2 = max(rows[k][kind]["tok_s"] for k in rows if k.startswith("ct2_int8"))
+        eligible = [k for k in rows if k.startswith("nmt_") and rows[k][kind]["bleu"] >= fp32_bleu - 0.3]
+        best = max(eligible, key=lambda k: rows[k][kind]["tok_s"])
+        result[f"{name}_{kind}_nmt_best"] = best
+        result[f"{name}_{kind}_nmt_vs_ct2_int8"] = round(rows[best][kind]["tok_s"] / ct2, 2)
+
+
+def _nmt_steady(
+    model: Path, source: Path, out: Path, precision: str, beam: int, repeats: int, measured
+) -> dict:
+    """Decoding alone, in this process, with the command's default workers (after a warm-up)."""
+    import torch
+
+    from nmt_cli.config import DecodeOverrides, RuntimeConfig
+    from nmt_cli.device import configure_cpu
+    from nmt_cli.translator import decoding_workers, load_translator
+
+    device = torch.device("cpu")
+    workers = decoding_workers(RuntimeConfig(workers=0), device)
+    configure_cpu(1 if workers > 1 else 0)
+    overrides = DecodeOverrides(beam=beam, lenpen=1.0, lenpen_style="fairseq")
+    translator = load_translator([model], device, precision, overrides)
+    translator.start_workers(workers)
+    lines = source.read_text(encoding="utf-8").splitlines()
+    try:
+        translator.translate(lines[:200], batch_tokens=BATCH_TOKENS)  # warm-up
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            text = translator.translate(lines, batch_tokens=BATCH_TOKENS)
+            seconds.append(time.perf_counter() - started)
+    finally:
+        translator.close()
+    steady_out = out.with_suffix(".steady.hyp")
+    steady_out.write_text("".join(t + "\n" for t in text), encoding="utf-8")
+    return measured(steady_out, seconds)
+
+
+def _inputs(data: Path, lines: int, work: Path) -> tuple[Path, list[str]]:
+    src = (data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    ref = (data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    copies = -(-lines // len(src))
+    source = work / f"input_{lines}.en"
+    source.write_text("".join(line + "\n" for line in (src * copies)[:lines]), encoding="utf-8")
+    return source, (ref * copies)[:lines]
+
+
+def _export(model: Path, out: Path, quantization: str) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmt_cli",
+            "-q",
+            "export",
+            "-m",
+            str(model),
+            "-o",
+            str(out),
+            "--force",
+            "--quantization",
+            quantization,
+        ],
+        check=True,
+        cwd=ROOT,
+    )
+    return out
+
+
+def _startup(model: Path, source: Path, work: Path, repeats: int) -> float:
+    """`nmt translate` on one empty line: interpreter start, imports and model load (median)."""
+    empty = work / "empty.en"
+    empty.write_text("\n", encoding="utf-8")
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "nmt_cli", "-q", "translate", "-m", str(model), "-i", str(empty)],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
+        seconds.append(time.perf_counter() - started)
+    return round(statistics.median(seconds), 3)
+
+
+if __name__ == "__main__":
+    main()

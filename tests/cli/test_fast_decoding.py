@@ -1,0 +1,79 @@
+"""Fast decoding: bf16 and int8 stay close to fp32, and several decoding processes keep one
+output line per input line, in order."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TrainedRun, nmt_command, sentences, subprocess_env
+
+from nmt_cli import Translator
+from nmt_cli.config import RuntimeConfig
+from nmt_cli.errors import InputError
+from nmt_cli.translator import decoding_workers
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return sentences(200, seed=21)
+
+
+@pytest.fixture(scope="module")
+def fp32(trained: TrainedRun, lines: list[str]) -> list[str]:
+    return Translator.load(trained.checkpoint, device="cpu", precision="fp32").translate(lines, beam=4)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_translates_most_lines_as_fp32(
+    trained: TrainedRun, lines: list[str], fp32: list[str], precision: str
+) -> None:
+    translator = Translator.load(trained.checkpoint, device="cpu", precision=precision)
+    if precision == "int8":  # every linear layer quantized, the output projection included
+        assert not any(type(m) is torch.nn.Linear for m in translator.ensemble.models[0].modules())
+    else:
+        assert next(translator.ensemble.models[0].parameters()).dtype == torch.bfloat16
+    out = translator.translate(lines, beam=4)
+    same = sum(a == b for a, b in zip(out, fp32, strict=True))
+    assert same >= 0.9 * len(lines), f"{precision}: {same} of {len(lines)} lines as fp32"
+
+
+def test_two_workers_give_the_same_lines_in_the_same_order(
+    trained: TrainedRun, lines: list[str], tmp_path: Path
+) -> None:
+    # Empty lines and lines of every length, so that the parts dealt out to the workers differ.
+    text = [line if i % 7 else "" for i, line in enumerate(lines)] + ["apple " * 40]
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"{line}\n" for line in text), encoding="utf-8")
+    outputs = []
+    for parallel in (["--workers", "1", "--threads", "1"], ["--workers", "2"]):
+        done = subprocess.run(
+            nmt_command(
+                "-q", "translate", "-m", trained.checkpoint, "-i", source, "--precision", "fp32", *parallel
+            ),
+            capture_output=True,
+            env=subprocess_env(),
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        outputs.append(done.stdout.decode().split("\n"))
+    assert len(outputs[1]) == len(text) + 1  # one line each, and the final newline
+    assert outputs[1] == outputs[0]
+    assert all(outputs[1][i] == "" for i in range(0, len(lines), 7))
+
+
+def test_default_workers_one_per_core_unless_threads_are_given() -> None:
+    cpu = torch.device("cpu")
+    assert decoding_workers(RuntimeConfig(workers=3), cpu) == 3
+    assert decoding_workers(RuntimeConfig(threads=2, workers=0), cpu) == 1
+    assert decoding_workers(RuntimeConfig(workers=0), cpu) >= 1
+    assert decoding_workers(RuntimeConfig(workers=4), torch.device("cuda")) == 1
+    with pytest.raises(InputError, match="--workers"):
+        decoding_workers(RuntimeConfig(workers=-1), cpu)
+
+
+def test_unknown_precision_is_refused_in_one_line(trained: TrainedRun) -> None:
+    with pytest.raises(InputError, match="int4"):
+        Translator.load(trained.checkpoint, device="cpu", precision="int4")
