@@ -15,19 +15,8 @@ from typing import Annotated
 import typer
 
 from nmt_cli import __version__
+from nmt_cli import options as opt
 from nmt_cli.errors import describe
-from nmt_cli.options import (
-    BatchTokens,
-    Beam,
-    Device,
-    Input,
-    Lenpen,
-    LenpenStyle,
-    MaxLenA,
-    MaxLenB,
-    MinLen,
-    Threads,
-)
 
 app = typer.Typer(
     name="nmt",
@@ -88,11 +77,7 @@ def prepare(
     ] = True,
     character_coverage: Annotated[float, typer.Option(help="Sentencepiece character coverage.")] = 1.0,
     spm_sample: Annotated[
-        int,
-        typer.Option(
-            help="Train sentencepiece on at most this many sentences, drawn "
-            "at random from train (Marian's default; bounds memory)."
-        ),
+        int, typer.Option(help="Learn BPE on at most this many random train sentences (bounds memory).")
     ] = 2_000_000,
     max_len: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many pieces.")] = 250,
     max_ratio: Annotated[float, typer.Option(help="Drop pairs whose length ratio exceeds this.")] = 2.0,
@@ -103,17 +88,14 @@ def prepare(
     byte_fallback: Annotated[
         bool,
         typer.Option(
-            "--byte-fallback/--no-byte-fallback",
-            help="Spell characters outside the vocabulary as UTF-8 byte "
-            "pieces instead of <unk> (costs 256 pieces).",
+            help="Spell characters outside the vocabulary as UTF-8 byte pieces, not <unk> (256 pieces)."
         ),
     ] = True,
     normalization: Annotated[
         str,
         typer.Option(
-            help="Sentencepiece normalization: identity keeps the text as "
-            "it is (what references are scored on); nmt_nfkc, nfkc, "
-            "nmt_nfkc_cf, nfkc_cf rewrite it."
+            help="Sentencepiece normalization: identity keeps the text as it is (what references are scored "
+            "on); nmt_nfkc, nfkc, nmt_nfkc_cf, nfkc_cf rewrite it."
         ),
     ] = "identity",
 ) -> None:
@@ -159,11 +141,11 @@ def train(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a recipe value: section.key=value.")
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: opt.Device = "auto",
     precision: Annotated[
         str | None, typer.Option(help="bf16, fp16 or fp32 (overrides train.precision).")
     ] = None,
-    threads: Annotated[int, typer.Option(help="CPU threads (0: torch's default).")] = 0,
+    threads: opt.Threads = 0,
     compile_: Annotated[
         bool, typer.Option("--compile", help="Compile the model with torch.compile.")
     ] = False,
@@ -189,14 +171,9 @@ def train(
 )
 def average(
     checkpoints: Annotated[list[Path] | None, typer.Argument(help="Checkpoints to average.")] = None,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where to write the averaged checkpoint.")
-    ] = Path("average.pt"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="Result.")] = Path("average.pt"),
     run: Annotated[Path | None, typer.Option(help="Run directory: average its latest checkpoints.")] = None,
-    last: Annotated[
-        int | None,
-        typer.Option(help="How many of the run's latest checkpoints (default: the recipe's average.last)."),
-    ] = None,
+    last: Annotated[int | None, typer.Option(help="How many (default: the recipe's average.last).")] = None,
 ) -> None:
     """Average the parameters of several checkpoints (fp32)."""
     from nmt_cli.commands import average as command
@@ -211,9 +188,7 @@ def export(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
     format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
-    quantization: Annotated[
-        str, typer.Option(help="Weights: none (fp32), int8, int16, bfloat16...")
-    ] = "none",
+    quantization: Annotated[str, typer.Option(help="Weights: none (fp32), int8, int16, bfloat16.")] = "none",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
 ) -> None:
     """Write a checkpoint as a CTranslate2 model directory, with its sentencepiece model."""
@@ -227,31 +202,22 @@ def export(
     "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6"
 )
 def translate(
-    model: Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")],
-    input_: Input = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Output text (default: stdout).")
-    ] = None,
-    beam: Beam = None,
-    lenpen: Lenpen = None,
-    lenpen_style: LenpenStyle = None,
-    max_len_a: MaxLenA = None,
-    max_len_b: MaxLenB = None,
-    min_len: MinLen = None,
+    model: opt.Models,
+    input_: opt.Input = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output (default: stdout).")] = None,
+    beam: opt.Beam = None,
+    lenpen: opt.Lenpen = None,
+    lenpen_style: opt.LenpenStyle = None,
+    max_len_a: opt.MaxLenA = None,
+    max_len_b: opt.MaxLenB = None,
+    min_len: opt.MinLen = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
-    batch_tokens: BatchTokens = 4096,
+    batch_tokens: opt.BatchTokens = 4096,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
-    device: Device = "auto",
-    precision: Annotated[
-        str | None, typer.Option(help="fp32, bf16, int8 (CPU) or fp16 (GPU). Default: the device's fastest.")
-    ] = None,
-    threads: Threads = 0,
-    workers: Annotated[
-        int,
-        typer.Option(
-            help="CPU decoding processes of one thread each (0: one per core, or 1 with --threads)."
-        ),
-    ] = 0,
+    device: opt.Device = "auto",
+    precision: opt.DecodePrecision = None,
+    threads: opt.Threads = 0,
+    workers: opt.Workers = 0,
 ) -> None:
     """Translate text with beam search (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -277,19 +243,19 @@ def translate(
 def attend(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
     out_dir: Annotated[Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).")],
-    input_: Input = None,
+    input_: opt.Input = None,
     layer: Annotated[int | None, typer.Option(help="Decoder layer, 1..N (default: the last).")] = None,
     head: Annotated[int | None, typer.Option(help="Head, 1..h (default: the mean over heads).")] = None,
     format_: Annotated[str, typer.Option("--format", help="png or svg.")] = "png",
-    beam: Beam = None,
-    lenpen: Lenpen = None,
-    lenpen_style: LenpenStyle = None,
-    max_len_a: MaxLenA = None,
-    max_len_b: MaxLenB = None,
-    min_len: MinLen = None,
-    batch_tokens: BatchTokens = 4096,
-    device: Device = "auto",
-    threads: Threads = 0,
+    beam: opt.Beam = None,
+    lenpen: opt.Lenpen = None,
+    lenpen_style: opt.LenpenStyle = None,
+    max_len_a: opt.MaxLenA = None,
+    max_len_b: opt.MaxLenB = None,
+    min_len: opt.MinLen = None,
+    batch_tokens: opt.BatchTokens = 4096,
+    device: opt.Device = "auto",
+    threads: opt.Threads = 0,
 ) -> None:
     """Translate, and draw the encoder-decoder attention of each translation (needs matplotlib).
 
@@ -326,20 +292,16 @@ def score(
     tokenize: Annotated[
         str | None,
         typer.Option(
-            help="sacreBLEU tokenizer for BLEU: 13a (default), intl, "
-            "none, char, zh, ... With --compound-split only none goes, "
-            "for files that are tokenized already (default: the Moses "
-            "tokenizer for German)."
+            help="sacreBLEU tokenizer for BLEU: 13a (default), intl, none, char, zh... With --compound-split "
+            "only none goes, for files tokenized already (default: the Moses tokenizer for German)."
         ),
     ] = None,
     compound_split: Annotated[
         bool,
         typer.Option(
             "--compound-split",
-            help="Tokenized BLEU on compound-split "
-            "text, as the paper reports En-De (tensor2tensor's "
-            "get_ende_bleu.sh: Moses tokenizer -l de, ##AT## split, "
-            "multi-bleu.perl).",
+            help="Tokenized BLEU on compound-split text, as the paper reports En-De (tensor2tensor's "
+            "get_ende_bleu.sh: Moses tokenizer -l de, ##AT## split, multi-bleu.perl).",
         ),
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the scores as one JSON object.")] = False,
@@ -389,6 +351,30 @@ def plot(
     from nmt_cli.commands import plot as command
 
     command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet)
+
+
+@app.command(epilog='Example: nmt serve -m avg.pt --port 8080   (then POST {"text": [...]} to /translate)')
+def serve(
+    model: opt.Models,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port, logged at start).")] = 8080,
+    device: opt.Device = "auto",
+    precision: opt.DecodePrecision = None,
+    threads: opt.Threads = 0,
+    workers: opt.Workers = 0,
+    max_batch_tokens: Annotated[int, typer.Option(help="Source tokens decoded together.")] = 4096,
+    max_wait_ms: Annotated[float, typer.Option(help="How long a request waits for others to join.")] = 5.0,
+    max_queue: Annotated[int, typer.Option(help="Lines waiting; beyond, 503 and Retry-After.")] = 1024,
+    max_input_chars: Annotated[int, typer.Option(help="Longest line a request may send.")] = 2000,
+    max_lines: Annotated[int, typer.Option(help="Most lines in one request.")] = 256,
+) -> None:
+    """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]')."""
+    from nmt_cli.commands import serve as command
+    from nmt_cli.config import RuntimeConfig
+
+    limits = command.ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
+    runtime = RuntimeConfig(device, precision, threads, workers)
+    command.run(model, host, port, runtime, limits, quiet=Globals.quiet)
 
 
 def main(argv: list[str] | None = None) -> None:

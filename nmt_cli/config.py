@@ -1,9 +1,8 @@
 """Typed configuration: the recipe schema, its loader and its writer.
 
-The dataclasses here are the only schema. Recipes are TOML files with the
-sections [model], [train], [decode] and [average]; unknown keys, wrong types and
-impossible values fail at load time naming the file and `section.key`.
-Imports only the standard library and `errors`.
+The dataclasses here are the only schema. Recipes are TOML files with the sections [model], [train],
+[decode] and [average]; unknown keys, wrong types and impossible values fail at load time naming the
+file and `section.key`. Imports only the standard library and `errors`.
 """
 
 from __future__ import annotations
@@ -246,8 +245,7 @@ class RuntimeConfig:
     """fp32, bf16 or fp16; which ones a command accepts is its own check. None: the recipe's."""
     threads: int = 0
     """CPU threads; 0 keeps torch's default."""
-    workers: int = 1
-    """Decoding processes (CPU); 0: one per core, of one thread each."""
+    workers: int = 1  # decoding processes (CPU); 0: one per core, of one thread each
 
 
 @dataclass

@@ -44,20 +44,20 @@ def unsupported(cfg: ModelConfig) -> str | None:
 def write_model(
     cfg: ModelConfig,
     weights: dict[str, Tensor],
-    src_pieces: list[str],
-    tgt_pieces: list[str],
+    pieces: tuple[list[str], list[str]],
     out_dir: Path,
     quantization: str,
 ) -> None:
-    """Save a CTranslate2 model directory at `out_dir` (which must not exist)."""
+    """Save a CTranslate2 model directory at `out_dir` (which must not exist); `pieces` are the
+    source and target vocabularies, in id order."""
     reason = unsupported(cfg)
     if reason is not None:
         raise InputError(f"cannot export to CTranslate2: {reason}")
     from ctranslate2.converters import Converter
 
     spec = _transformer_spec(cfg, {k: v.detach().float().cpu().numpy() for k, v in weights.items()})
-    spec.register_source_vocabulary(src_pieces)
-    spec.register_target_vocabulary(tgt_pieces)
+    spec.register_source_vocabulary(pieces[0])
+    spec.register_target_vocabulary(pieces[1])
 
     class _Filled(Converter):  # the Converter API: _load() returns the spec to save
         def _load(self) -> Any:

@@ -21,3 +21,11 @@ BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
 Input = Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")]
+Models = Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")]
+DecodePrecision = Annotated[
+    str | None, typer.Option(help="fp32, bf16, int8 (CPU) or fp16 (GPU). Default: the device's fastest.")
+]
+Workers = Annotated[
+    int,
+    typer.Option(help="CPU decoding processes of one thread each (0: one per core, or 1 with --threads)."),
+]

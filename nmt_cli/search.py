@@ -135,7 +135,8 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
         log_probs, states = ensemble.step(tokens, states)  # (A*K, V)
         a, vocab = active.numel(), log_probs.shape[-1]
         _constrain_length(log_probs, t, limit[active].repeat_interleave(k), cfg.min_len)
-        cand = (scores.unsqueeze(-1) + log_probs.view(a, k, vocab)).view(a, k * vocab)
+        # In place: a new vocabulary-wide tensor each step costs more than the addition.
+        cand = log_probs.view(a, k, vocab).add_(scores.unsqueeze(-1)).view(a, k * vocab)
         top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
         top_beam, top_tok = top_idx // vocab, top_idx % vocab
         is_eos = top_tok == EOS_ID

@@ -17,6 +17,7 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -47,6 +48,7 @@ log-probabilities stay float32); int8: every linear layer, the output projection
 int8 weights and activations quantized per call (torch's dynamic quantization; CPU only)."""
 
 
+@dataclass
 class Translator:
     """Loaded models with their sentencepiece processors and default decode settings.
 
@@ -54,26 +56,17 @@ class Translator:
     waits for the first. Decode settings given to a call apply to that call only.
     """
 
-    def __init__(
-        self,
-        ensemble: Ensemble,
-        decode: DecodeConfig,
-        src_spm: SentencePieceProcessor,
-        tgt_spm: SentencePieceProcessor,
-        device: torch.device,
-        precision: str,
-    ):
-        self.ensemble = ensemble
-        self.decode = decode
-        """The recipe's [decode] settings with the load-time overrides applied."""
-        self.src_spm = src_spm
-        self.tgt_spm = tgt_spm
-        self.device = device
-        self.precision = precision
-        self.truncated = 0
-        """Input lines cut to the model's longest source so far."""
-        self._lock = threading.Lock()
-        self._pool: WorkerPool | None = None
+    ensemble: Ensemble
+    decode: DecodeConfig
+    """The recipe's [decode] settings with the load-time overrides applied."""
+    src_spm: SentencePieceProcessor
+    tgt_spm: SentencePieceProcessor
+    device: torch.device
+    precision: str
+    truncated: int = 0
+    """Input lines cut to the model's longest source so far."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _pool: WorkerPool | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def load(

@@ -50,7 +50,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        write_model(cfg, ckpt.model, src_pieces, tgt_pieces, staging, quantization)
+        write_model(cfg, ckpt.model, (src_pieces, tgt_pieces), staging, quantization)
         if src_spm == tgt_spm:
             (staging / "spm.model").write_bytes(src_spm)
         else:

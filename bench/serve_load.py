@@ -1,0 +1,171 @@
+"""Load on `nmt serve`: 1, 4, 16 and 64 concurrent clients sending one-line requests over loopback.
+
+Starts `nmt serve` on 127.0.0.1 with the benchmark's 15-minute bf16 model (or --model), and for
+each client count sends single-line requests (test_2016_flickr.en, in order, each line once, or
+until --seconds) from an asyncio loop with httpx, one connection per client. Reports sentences/s,
+p50/p95/p99 latency, errors, 503s, the server's batches (and how many merged several requests), and
+how many answers differ from an offline `Translator.translate` of the same lines at the same beam.
+The offline figures come first: sentences/s over the same lines, and the p50 latency of a direct
+one-line call, so that the targets can be checked: 16 clients at >= 70% of the offline
+sentences/s, and a lone request's p50 (1 client) at <= 1.5x the direct call's.
+Clients and server share the machine's cores: client CPU time counts against the server.
+    .venv/bin/python bench/serve_load.py [--model M.pt] [--clients 1 4 16 64] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from common import DEFAULT_DATA, ROOT, THREADS, emit
+from time_to_bleu import trained_model
+
+from nmt_cli.device import configure_cpu
+from nmt_cli.translator import Translator
+
+LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--minutes", type=float, default=15.0, help="training time of the cached model")
+    parser.add_argument("--model", type=Path, help="default: the cached 15-minute bf16 model")
+    parser.add_argument("--precision", default="bf16", help="of the server and the offline reference")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--lines", type=int, default=1000, help="test lines used (each sent once a level)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per client count")
+    parser.add_argument("--max-wait-ms", type=float, help="the server's (default: its own default)")
+    args = parser.parse_args(argv)
+    model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
+    lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
+    result: dict = {"serve_precision": args.precision, "serve_beam": args.beam, "serve_threads": THREADS}
+    reference = offline_figures(model, lines, args, result)
+    server, url = start_server(model, args)
+    try:
+        for clients in args.clients:
+            result.update(load(url, lines, reference, clients, args))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        result["serve_exit_code"] = server.wait(120)
+    result["serve_16_vs_offline"] = _ratio(result.get("serve_c16_sent_s"), result["serve_offline_sent_s"])
+    result["serve_lone_p50_vs_direct"] = _ratio(result.get("serve_c1_p50_ms"), result["serve_direct_p50_ms"])
+    emit(result)
+    return result
+
+
+def offline_figures(model: Path, lines: list[str], args: argparse.Namespace, result: dict) -> list[str]:
+    """Offline sentences/s and the direct one-line latency, in this process; returns the offline
+    translations, which the server's answers are compared with."""
+    configure_cpu(THREADS)
+    translator = Translator.load(model, device="cpu", precision=args.precision)
+    translator.translate(lines[:100], beam=args.beam)  # warm-up
+    start = time.perf_counter()
+    reference = translator.translate(lines, beam=args.beam)
+    result["serve_offline_sent_s"] = round(len(lines) / (time.perf_counter() - start), 1)
+    direct = []
+    for line in lines[:100]:
+        start = time.perf_counter()
+        translator.translate([line], beam=args.beam)
+        direct.append(time.perf_counter() - start)
+    result["serve_direct_p50_ms"] = round(1000 * float(np.percentile(direct, 50)), 1)
+    return reference
+
+
+def start_server(model: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    command = [sys.executable, "-m", "nmt_cli", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
+    command += ["--threads", str(THREADS), "--precision", args.precision]
+    if args.max_wait_ms is not None:
+        command += ["--max-wait-ms", f"{args.max_wait_ms:g}"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    found: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:  # drains the server's log for as long as it runs
+        assert server.stderr is not None
+        for line in server.stderr:
+            match = LISTENING.search(line)
+            if match and not found:
+                found.append(match.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    ready.wait(300)
+    if not found:
+        server.kill()
+        raise SystemExit(f"bench: `{' '.join(command)}` did not start")
+    return server, found[0]
+
+
+def load(url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace) -> dict:
+    """Send each line once from `clients` concurrent clients (or until --seconds); the figures."""
+    before = httpx.get(f"{url}/health").json()
+    latencies, statuses, differ, seconds = asyncio.run(_clients(url, lines, reference, clients, args))
+    after = httpx.get(f"{url}/health").json()
+    ok = statuses.count(200)
+    tag = f"serve_c{clients}"
+    figures = {
+        f"{tag}_sent_s": round(ok / seconds, 1),
+        f"{tag}_requests": len(statuses),
+        f"{tag}_errors": len(statuses) - ok - statuses.count(503),
+        f"{tag}_503": statuses.count(503),
+        f"{tag}_differ": differ,
+        f"{tag}_batches": after["batches"] - before["batches"],
+        f"{tag}_merged_batches": after["merged_batches"] - before["merged_batches"],
+    }
+    for p in (50, 95, 99):
+        figures[f"{tag}_p{p}_ms"] = round(1000 * float(np.percentile(latencies, p)), 1) if latencies else None
+    return figures
+
+
+async def _clients(
+    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], int, float]:
+    latencies: list[float] = []
+    statuses: list[int] = []
+    differ = 0
+    todo = iter(range(len(lines)))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
+        for line in lines[: 2 * clients]:  # warm-up: connections open, the server's first batches
+            await client.post("/translate", json={"text": [line], "beam": args.beam})
+        start = time.perf_counter()
+        deadline = start + args.seconds
+
+        async def one_client() -> None:
+            nonlocal differ
+            for i in todo:
+                if time.perf_counter() > deadline:
+                    return
+                sent = time.perf_counter()
+                try:
+                    response = await client.post("/translate", json={"text": [lines[i]], "beam": args.beam})
+                except httpx.HTTPError:
+                    statuses.append(-1)
+                    continue
+                statuses.append(response.status_code)
+                if response.status_code == 200:
+                    latencies.append(time.perf_counter() - sent)
+                    differ += response.json()["translations"] != [reference[i]]
+
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        return latencies, statuses, differ, time.perf_counter() - start
+
+
+def _ratio(value: float | None, base: float) -> float | None:
+    return None if value is None or not base else round(value / base, 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Batching across requests for `nmt serve`: lines from many callers decoded in one call.
+
+Callers `submit` lines with their decode settings and get a `concurrent.futures.Future`; one
+decoding thread takes the oldest waiting request, gives others up to `max_wait_s` (counted from
+that request's arrival) to join it, up to `max_batch_tokens` source tokens, decodes the lines of
+every request with the same settings in one call, and hands each request its own results.
+Requests with other settings wait for a later batch. Waiting lines are bounded (`max_queue`):
+beyond that `submit` raises `QueueFull` at once, so memory stays bounded under overload.
+
+Knows nothing of HTTP or of the model: the decode and token-count functions are given. Imports
+only the standard library.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class DecodeKey:
+    """The decode settings of a request; only requests with equal keys share a batch."""
+
+    beam: int
+    lenpen: float
+    nbest: int
+
+
+@dataclass
+class BatchStats:
+    """Counters since start, for /health, /info and the log."""
+
+    requests: int = 0
+    lines: int = 0
+    batches: int = 0
+    merged_batches: int = 0
+    """Batches that held lines of more than one request."""
+    most_requests_in_a_batch: int = 0
+    rejected: int = 0
+    """Requests refused because the queue was full."""
+
+
+class QueueFull(Exception):
+    """More lines are waiting than the batcher may hold; the caller should retry later."""
+
+
+class Closed(Exception):
+    """The batcher is shutting down and takes no new work."""
+
+
+@dataclass
+class _Request(Generic[Result]):
+    lines: list[str]
+    key: DecodeKey
+    arrived: float
+    future: Future[list[Result]] = field(default_factory=Future)
+    tokens: int | None = None
+    """Source tokens, counted by the decoding thread (off the caller's thread)."""
+
+
+class Batcher(Generic[Result]):
+    """One decoding thread fed by a bounded queue of requests. `start()`, `submit()` from any
+    thread, `close()` to finish every waiting request and stop."""
+
+    def __init__(
+        self,
+        decode: Callable[[list[str], DecodeKey], list[Result]],
+        count_tokens: Callable[[str], int],
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int,
+        on_batch: Callable[[int, int, int, float], None] | None = None,
+    ) -> None:
+        """`decode(lines, key)` returns one result per line; `on_batch(requests, lines, tokens,
+        seconds)` is told of every batch decoded (for logging)."""
+        self.decode = decode
+        self.count_tokens = count_tokens
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self.stats = BatchStats()
+        self._cond = threading.Condition()
+        self._inbox: deque[_Request[Result]] = deque()  # shared with submitters, under _cond
+        self._backlog: list[_Request[Result]] = []  # the decoding thread's own, oldest first
+        self._waiting_lines = 0  # lines in _inbox and _backlog, under _cond
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="nmt-decoder", daemon=True)
+
+    @property
+    def waiting_lines(self) -> int:
+        return self._waiting_lines
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, lines: list[str], key: DecodeKey) -> Future[list[Result]]:
+        """Queue `lines`; the future gets one result per line, in order (or the decode's error).
+        Raises QueueFull when the lines would take the queue past `max_queue`, Closed after close()."""
+        request: _Request[Result] = _Request(list(lines), key, time.monotonic())
+        with self._cond:
+            if self._closing:
+                raise Closed("the server is shutting down")
+            if self._waiting_lines + len(lines) > self.max_queue:
+                self.stats.rejected += 1
+                raise QueueFull(f"{self._waiting_lines} lines are waiting (at most {self.max_queue})")
+            self._waiting_lines += len(lines)
+            self.stats.requests += 1
+            self.stats.lines += len(lines)
+            self._inbox.append(request)
+            self._cond.notify()
+        return request.future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Take no new work, decode everything waiting (without waiting for latecomers), stop."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._decode(batch)
+
+    def _next_batch(self) -> list[_Request[Result]] | None:
+        """The next requests to decode together; None once closed and empty."""
+        with self._cond:
+            while not self._inbox and not self._backlog:
+                if self._closing:
+                    return None
+                self._cond.wait()
+        self._collect()
+        first = self._backlog[0]
+        deadline = first.arrived + self.max_wait_s
+        # Wait for more requests like the first until the batch is full or the first has waited
+        # long enough. Under load the first has already waited while the previous batch decoded,
+        # so the next batch starts at once; a lone request waits max_wait_s at most.
+        while self._tokens_like(first.key) < self.max_batch_tokens:
+            with self._cond:
+                remaining = deadline - time.monotonic()
+                if self._closing or remaining <= 0:
+                    break
+                if not self._inbox:
+                    self._cond.wait(remaining)
+            self._collect()
+        batch, tokens = [first], first.tokens or 0
+        for request in self._backlog[1:]:
+            if request.key == first.key and tokens + (request.tokens or 0) <= self.max_batch_tokens:
+                batch.append(request)
+                tokens += request.tokens or 0
+        taken = {id(r) for r in batch}
+        self._backlog = [r for r in self._backlog if id(r) not in taken]
+        with self._cond:
+            self._waiting_lines -= sum(len(r.lines) for r in batch)
+        # A request whose caller cancelled its future (a client that went away) is dropped here;
+        # once running, a future can no longer be cancelled, so its result is always deliverable.
+        return [r for r in batch if r.future.set_running_or_notify_cancel()]
+
+    def _collect(self) -> None:
+        """Move new requests to the backlog and count their tokens outside the lock, so that
+        submitters never wait for tokenization."""
+        with self._cond:
+            new = list(self._inbox)
+            self._inbox.clear()
+        for request in new:
+            try:
+                request.tokens = sum(self.count_tokens(line) for line in request.lines)
+            except Exception:  # the decode will say what is wrong; characters bound the tokens
+                request.tokens = sum(len(line) for line in request.lines)
+        self._backlog.extend(new)
+
+    def _tokens_like(self, key: DecodeKey) -> int:
+        return sum(r.tokens or 0 for r in self._backlog if r.key == key)
+
+    def _decode(self, batch: list[_Request[Result]]) -> None:
+        if not batch:
+            return
+        lines = [line for request in batch for line in request.lines]
+        start = time.perf_counter()
+        try:
+            results = self.decode(lines, batch[0].key)
+        except Exception as err:
+            if len(batch) == 1:
+                batch[0].future.set_exception(err)
+            else:  # decode each request alone, so that only the one that fails gets the error
+                for request in batch:
+                    self._decode([request])
+            return
+        seconds = time.perf_counter() - start
+        assert len(results) == len(lines), "decode must return one result per line"
+        self.stats.batches += 1
+        self.stats.merged_batches += len(batch) > 1
+        self.stats.most_requests_in_a_batch = max(self.stats.most_requests_in_a_batch, len(batch))
+        offset = 0
+        for request in batch:
+            request.future.set_result(results[offset : offset + len(request.lines)])
+            offset += len(request.lines)
+        if self.on_batch is not None:
+            self.on_batch(len(batch), len(lines), sum(r.tokens or 0 for r in batch), seconds)

@@ -1,0 +1,55 @@
+"""`nmt serve`: translation over HTTP, with requests from concurrent clients decoded together.
+
+Order matters for the user: the extra and the options are checked first, then the port is
+bound (a taken port fails before a long model load), then the model is loaded, and only then
+does the server accept connections, so GET /health answers only once translations can be made.
+The service itself is `nmt_cli.serving`. Imports `serving`, `translator`, `device`, `config`
+and `report`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from nmt_cli import serving
+from nmt_cli.config import RuntimeConfig
+from nmt_cli.device import configure_cpu, resolve_device
+from nmt_cli.report import Reporter
+from nmt_cli.serving import ServeLimits
+from nmt_cli.translator import decoding_workers, default_precision, load_translator
+
+
+def run(
+    models: list[Path],
+    host: str,
+    port: int,
+    runtime: RuntimeConfig,
+    limits: ServeLimits,
+    quiet: bool,
+) -> None:
+    serving.require_extra()
+    limits.validate()
+    dev = resolve_device(runtime.device)
+    workers = decoding_workers(runtime, dev)
+    configure_cpu(1 if workers > 1 else runtime.threads)
+    sock = serving.bind_socket(host, port)
+    translator = None
+    try:
+        translator = load_translator(models, dev, runtime.precision or default_precision(dev))
+        translator.start_workers(workers)  # forked before the server starts any thread
+        app = serving.create_app(translator, limits, serving.describe_model(translator, models))
+        if not _is_loopback(host):
+            Reporter(quiet).warn(f"--host {host}: reachable beyond this machine, with no authentication")
+        serving.run_server(app, sock, limits, quiet)
+    finally:
+        if translator is not None:
+            translator.close()
+        sock.close()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

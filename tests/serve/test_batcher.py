@@ -1,0 +1,138 @@
+"""The request batcher of `nmt serve` with a stand-in decoder (no model, no HTTP): requests that
+arrive together share one decode call and each gets its own results in order; settings are never
+mixed; the token budget and the queue bound hold; a failing request fails alone; a cancelled one is
+skipped; close() decodes what is waiting without waiting for more."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+import pytest
+
+from nmt_cli.batcher import Batcher, Closed, DecodeKey, QueueFull
+
+BEAM4 = DecodeKey(beam=4, lenpen=0.6, nbest=1)
+GREEDY = DecodeKey(beam=1, lenpen=0.6, nbest=1)
+
+
+class Recorder:
+    """Decodes a line to its upper case, recording every call's lines and settings."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], DecodeKey]] = []
+        self.release = threading.Event()
+        self.release.set()
+
+    def __call__(self, lines: list[str], key: DecodeKey) -> list[str]:
+        self.release.wait(10)
+        if any("boom" in line for line in lines):
+            raise ValueError("cannot decode 'boom'")
+        self.calls.append((list(lines), key))
+        return [line.upper() for line in lines]
+
+
+def make(recorder: Recorder, wait_s: float = 0.3, max_tokens: int = 1000, queue: int = 100) -> Batcher[str]:
+    # A token is a word here.
+    return Batcher(recorder, lambda line: len(line.split()), max_tokens, wait_s, queue)
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    yield Recorder()
+
+
+def results(futures: list[Future[list[str]]]) -> list[list[str]]:
+    return [f.result(timeout=10) for f in futures]
+
+
+def test_requests_that_arrive_together_share_one_decode_call(recorder: Recorder) -> None:
+    batcher = make(recorder)
+    batcher.start()
+    futures = [batcher.submit([f"line {i}", f"more {i}"], BEAM4) for i in range(5)]
+    assert results(futures) == [[f"LINE {i}", f"MORE {i}"] for i in range(5)]
+    batcher.close()
+    assert len(recorder.calls) == 1 and len(recorder.calls[0][0]) == 10
+    assert batcher.stats.batches == 1 and batcher.stats.merged_batches == 1
+    assert batcher.stats.most_requests_in_a_batch == 5
+
+
+def test_different_settings_are_never_mixed(recorder: Recorder) -> None:
+    batcher = make(recorder)
+    batcher.start()
+    futures = [batcher.submit([f"line {i}"], BEAM4 if i % 2 else GREEDY) for i in range(6)]
+    assert results(futures) == [[f"LINE {i}"] for i in range(6)]
+    batcher.close()
+    assert sorted(key.beam for _, key in recorder.calls) == [1, 4]
+    for lines, key in recorder.calls:
+        assert all((int(line.split()[1]) % 2 == 1) == (key == BEAM4) for line in lines)
+
+
+def test_a_batch_holds_at_most_max_batch_tokens(recorder: Recorder) -> None:
+    batcher = make(recorder, wait_s=0.2, max_tokens=6)
+    batcher.start()
+    futures = [batcher.submit(["one two three"], BEAM4) for _ in range(5)]  # 3 tokens each
+    assert results(futures) == [["ONE TWO THREE"]] * 5
+    batcher.close()
+    assert [len(lines) for lines, _ in recorder.calls] == [2, 2, 1]
+
+
+def test_a_lone_request_waits_at_most_max_wait(recorder: Recorder) -> None:
+    batcher = make(recorder, wait_s=0.05)
+    batcher.start()
+    start = time.monotonic()
+    assert batcher.submit(["alone"], BEAM4).result(timeout=10) == ["ALONE"]
+    assert time.monotonic() - start < 2
+    batcher.close()
+
+
+def test_the_queue_is_bounded_in_lines(recorder: Recorder) -> None:
+    recorder.release.clear()  # the decoder is busy: nothing leaves the queue
+    batcher = make(recorder, wait_s=0.0, queue=4)
+    batcher.start()
+    busy = batcher.submit(["taken at once"], BEAM4)
+    time.sleep(0.2)  # the decoding thread has taken it and is stuck in decode
+    waiting = batcher.submit(["a", "b", "c"], BEAM4)
+    with pytest.raises(QueueFull):
+        batcher.submit(["d", "e"], BEAM4)
+    fits = batcher.submit(["d"], BEAM4)
+    assert batcher.waiting_lines == 4 and batcher.stats.rejected == 1
+    recorder.release.set()
+    assert results([busy, waiting, fits]) == [["TAKEN AT ONCE"], ["A", "B", "C"], ["D"]]
+    batcher.close()
+    assert batcher.waiting_lines == 0
+
+
+def test_a_request_that_fails_fails_alone(recorder: Recorder) -> None:
+    batcher = make(recorder)
+    batcher.start()
+    good, bad, other = (batcher.submit(lines, BEAM4) for lines in (["fine"], ["boom"], ["also fine"]))
+    assert good.result(timeout=10) == ["FINE"] and other.result(timeout=10) == ["ALSO FINE"]
+    with pytest.raises(ValueError, match="boom"):
+        bad.result(timeout=10)
+    batcher.close()
+
+
+def test_a_cancelled_request_is_not_decoded(recorder: Recorder) -> None:
+    batcher = make(recorder, wait_s=0.3)
+    batcher.start()
+    gone = batcher.submit(["client left"], BEAM4)
+    kept = batcher.submit(["client stayed"], BEAM4)
+    assert gone.cancel()  # still waiting for its batch, so it can be cancelled
+    assert kept.result(timeout=10) == ["CLIENT STAYED"]
+    batcher.close()
+    assert [lines for lines, _ in recorder.calls] == [["client stayed"]]
+
+
+def test_close_decodes_what_waits_without_waiting_for_more(recorder: Recorder) -> None:
+    batcher = make(recorder, wait_s=30)
+    batcher.start()
+    futures = [batcher.submit([f"line {i}"], BEAM4) for i in range(3)]
+    start = time.monotonic()
+    batcher.close()
+    assert time.monotonic() - start < 10  # not the 30 s window
+    assert results(futures) == [[f"LINE {i}"] for i in range(3)]
+    with pytest.raises(Closed):
+        batcher.submit(["late"], BEAM4)

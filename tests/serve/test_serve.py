@@ -1,0 +1,272 @@
+"""`nmt serve` as a real process on 127.0.0.1 with the tiny copy model, through a real HTTP client:
+concurrent requests are merged into batches and each gets its own lines' translations (equal to
+the Python API's), decode settings are never mixed in a batch, bad requests get a 4xx naming the
+field and never reach the model, a full queue gives 503 with Retry-After, a client that goes away
+disturbs no one, and SIGTERM finishes the requests in flight and exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import TrainedRun, nmt, one_thread, sentences
+from serve_helpers import Server, running_server
+
+import nmt_cli
+from nmt_cli.translator import Translator
+
+MAX_LINES = 8
+MAX_INPUT_CHARS = 200
+WAIT_MS = 500  # long enough for requests sent together to share a batch on two busy cores
+
+
+@pytest.fixture(scope="module")
+def server(trained: TrainedRun) -> Iterator[Server]:
+    options = ["--max-wait-ms", WAIT_MS, "--max-lines", MAX_LINES, "--max-input-chars", MAX_INPUT_CHARS]
+    with running_server(trained.checkpoint, *options) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def offline(trained: TrainedRun) -> Translator:
+    with one_thread():
+        return Translator.load(trained.checkpoint, device="cpu", precision="fp32")
+
+
+def translate_offline(translator: Translator, lines: list[str], **settings: Any) -> list[str]:
+    with one_thread():
+        return translator.translate(lines, **settings)
+
+
+def together(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    """Run the calls from one thread each, released at the same moment; their responses in order."""
+    start = threading.Barrier(len(calls))
+    responses: list[httpx.Response | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        start.wait()
+        responses[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert all(r is not None for r in responses)
+    return [r for r in responses if r is not None]
+
+
+def test_health_and_info_describe_the_model(server: Server, trained: TrainedRun, offline: Translator) -> None:
+    health = server.get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    info = server.get("/info").json()
+    assert info["models"] == [str(trained.checkpoint)]
+    assert info["version"] == nmt_cli.__version__
+    assert info["precision"] == "fp32" and info["device"] == "cpu"
+    assert info["src_vocab_size"] == offline.src_spm.get_piece_size() == 100
+    assert info["model"][0]["d_model"] == 32 and info["decode"]["beam"] == 4
+    assert info["limits"]["max_lines"] == MAX_LINES
+    assert {"batches", "merged_batches", "requests"} <= set(info["stats"])
+
+
+def test_concurrent_requests_are_merged_and_each_gets_its_own_lines(
+    server: Server, offline: Translator
+) -> None:
+    lines = sentences(10, seed=11)
+    requests = [[line] for line in lines] + [["", lines[0], "   ", lines[1]]]  # blank lines come back ""
+    before = server.stats()
+    responses = together([lambda text=text: server.post({"text": text}) for text in requests])
+    after = server.stats()
+    for text, response in zip(requests, responses, strict=True):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"translations": translate_offline(offline, text)}
+    assert responses[-1].json()["translations"][0] == responses[-1].json()["translations"][2] == ""
+    assert after["requests"] - before["requests"] == len(requests)
+    assert after["merged_batches"] > before["merged_batches"]
+    assert after["batches"] - before["batches"] < len(requests)  # merging saved decode calls
+    assert "batch of " in server.text()  # merged batches are logged
+
+
+def test_requests_with_different_settings_never_share_a_batch(server: Server, offline: Translator) -> None:
+    lines = sentences(6, seed=12)
+    two_best = {"nbest": 2, "beam": 2}
+    settings: list[dict[str, Any]] = [{}, {}, {"beam": 1}, {"beam": 1}, two_best, {"lenpen": 1.0}]
+    before = server.stats()
+    responses = together(
+        [
+            lambda line=line, s=s: server.post({"text": [line], **s})
+            for line, s in zip(lines, settings, strict=True)
+        ]
+    )
+    after = server.stats()
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    # Four distinct settings, sent together: mixing would need fewer than four decode calls.
+    assert after["batches"] - before["batches"] >= 4
+    for line, s, response in zip(lines, settings, responses, strict=True):
+        got = response.json()["translations"]
+        if s.get("nbest"):
+            (hyps,) = got
+            assert len(hyps) == 2 and hyps[0]["score"] >= hyps[1]["score"]
+            nbest = offline.translate_nbest([line], 2, beam=2)[0]
+            assert [h["text"] for h in hyps] == [text for text, _ in nbest]
+        else:
+            assert got == translate_offline(offline, [line], beam=s.get("beam"), lenpen=s.get("lenpen"))
+
+
+LONG = "a" * (MAX_INPUT_CHARS + 1)
+BAD_REQUESTS = [
+    (b"{not json", 400, "body: "),
+    (b'{"text": ["\xff"]}', 400, "body: "),
+    (b"[" * 5000 + b"]" * 5000, 400, "body: "),
+    (b"[1, 2]", 422, "body: "),
+    (b"{}", 422, "text: "),
+    ({"txt": ["a"]}, 422, "txt: "),
+    ({"text": []}, 422, "text: "),
+    ({"text": "apple"}, 422, "text: "),
+    ({"text": ["apple", 3]}, 422, "text: "),
+    ({"text": [None]}, 422, "text: "),
+    ({"text": ["apple"] * (MAX_LINES + 1)}, 422, "text: "),
+    ({"text": ["apple", LONG]}, 422, "text[1]: "),
+    (b'{"text": ["\\ud800"]}', 422, "text[0]: "),
+    ({"text": ["apple"], "beam": 0}, 422, "beam: "),
+    ({"text": ["apple"], "beam": "4"}, 422, "beam: "),
+    ({"text": ["apple"], "beam": 2.5}, 422, "beam: "),
+    ({"text": ["apple"], "beam": True}, 422, "beam: "),
+    ({"text": ["apple"], "beam": 10_000}, 422, "beam: "),
+    ({"text": ["apple"], "nbest": 0}, 422, "nbest: "),
+    ({"text": ["apple"], "nbest": 3, "beam": 2}, 422, "nbest: "),
+    ({"text": ["apple"], "lenpen": -1}, 422, "lenpen: "),
+    ({"text": ["apple"], "lenpen": "high"}, 422, "lenpen: "),
+    (b'{"text": ["apple"], "lenpen": NaN}', 422, "lenpen: "),
+    (b" " * 100_000, 413, "body: "),
+]
+
+
+def test_bad_requests_get_4xx_naming_the_field_and_never_reach_the_model(server: Server) -> None:
+    before = server.stats()
+    for body, status, field in BAD_REQUESTS:
+        response = server.post(body)
+        assert response.status_code == status, (body[:80], response.text)
+        assert response.json()["error"].startswith(field), (body[:80], response.text)
+    assert server.get("/translate").status_code == 405
+    missing = server.post({"text": ["apple"]}, path="/nowhere")
+    assert missing.status_code == 404 and missing.json()["error"].startswith("/nowhere: ")
+    assert server.stats()["requests"] == before["requests"]  # none was queued
+    assert "Traceback" not in server.text()
+
+
+def test_a_client_that_goes_away_does_not_disturb_the_batch(server: Server, offline: Translator) -> None:
+    body = json.dumps({"text": ["apple river stone"]}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    lines = sentences(3, seed=13)
+    before = server.stats()
+
+    def hang_up() -> httpx.Response:
+        with socket.create_connection((host, int(port))) as sock:
+            head = f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+            sock.sendall(head.encode() + body)
+        return httpx.Response(499)  # gone before the answer
+
+    responses = together([hang_up, lambda: server.post({"text": lines})])
+    assert responses[1].status_code == 200
+    assert responses[1].json() == {"translations": translate_offline(offline, lines)}
+    assert server.stats()["requests"] - before["requests"] == 2
+    assert server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
+    assert "Traceback" not in server.text()
+
+
+def test_a_full_queue_answers_503_with_retry_after(trained: TrainedRun, offline: Translator) -> None:
+    options = ["--max-queue", 2, "--max-lines", 2, "--max-wait-ms", 3000]
+    with running_server(trained.checkpoint, *options) as server:
+        lines = sentences(2, seed=14)
+        first: list[httpx.Response] = []
+        waiting = threading.Thread(target=lambda: first.append(server.post({"text": lines})))
+        waiting.start()
+        server.wait_for_queued(2)  # the first request fills the queue for 3 s
+        refused = server.post({"text": ["apple"]})
+        waiting.join(60)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"].startswith("queue: ")
+        assert first[0].status_code == 200
+        assert first[0].json() == {"translations": translate_offline(offline, lines)}
+        assert server.stats()["rejected"] == 1
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_0(trained: TrainedRun, offline: Translator) -> None:
+    with running_server(trained.checkpoint, "--max-wait-ms", 2000) as server:
+        lines = sentences(3, seed=15)
+        results: dict[int, httpx.Response] = {}
+
+        def post(i: int) -> None:
+            results[i] = server.post({"text": [lines[i]]})
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        server.wait_for_queued(3)  # all three wait for their batch (2 s)
+        server.process.send_signal(signal.SIGTERM)
+        refused = False
+        deadline = time.monotonic() + 1.5
+        while not refused and time.monotonic() < deadline:
+            try:
+                httpx.get(server.url + "/health", timeout=5)
+                time.sleep(0.05)
+            except httpx.TransportError:
+                refused = True  # new connections are no longer accepted
+        for thread in threads:
+            thread.join(60)
+        assert server.process.wait(60) == 0
+    assert refused
+    for i, line in enumerate(lines):
+        assert results[i].status_code == 200
+        assert results[i].json() == {"translations": translate_offline(offline, [line])}
+    assert "served 3 requests in 1 batches (1 merged)" in server.text()
+
+
+def test_without_the_extra_it_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` now fails
+    assert nmt("serve", "-m", "no-such-model.pt") == 2  # the extra is checked before anything else
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nmt-cli[serve]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--max-lines", 10, "--max-queue", 5], "--max-lines"),
+        (["--max-batch-tokens", 0], "--max-batch-tokens"),
+        (["--max-wait-ms", -1], "--max-wait-ms"),
+        (["--port", 70000], "--port"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], options: list[object], named: str
+) -> None:
+    assert nmt("serve", "-m", trained.checkpoint, "--threads", 1, *options) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err
+
+
+def test_a_missing_checkpoint_is_a_one_line_error(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert nmt("serve", "-m", tmp_path / "missing.pt", "--port", 0, "--threads", 1) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.pt" in err
+
+
+def test_a_port_in_use_is_a_one_line_error(trained: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert nmt("serve", "-m", trained.checkpoint, "--port", port, "--threads", 1) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--port {port}" in err

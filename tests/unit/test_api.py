@@ -1,0 +1,88 @@
+"""The Python API, `from nmt_cli import Translator`, with the tiny copy model: blank lines give "",
+output i belongs to input i whatever the batching, n-best lists are best first and nbest long,
+translate is the first of translate_nbest, and bad settings are one-line InputErrors."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+from conftest import TrainedRun, one_thread, sentences
+
+import nmt_cli
+from nmt_cli import Translator
+from nmt_cli.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def translator(trained: TrainedRun) -> Iterator[Translator]:
+    with one_thread():
+        yield Translator.load(trained.checkpoint, device="cpu")
+
+
+def mixed(seed: int) -> list[str]:
+    lines = sentences(30, seed=seed) + ["", "   ", "\t"]
+    random.Random(seed).shuffle(lines)
+    return lines
+
+
+def test_the_package_exports_the_translator() -> None:
+    from nmt_cli.translator import Translator as Direct
+
+    assert nmt_cli.Translator is Direct is Translator
+
+
+def test_blank_lines_translate_to_empty_strings(translator: Translator) -> None:
+    assert translator.translate(["", "apple river", "   ", "\t"]) == ["", "apple river", "", ""]
+    assert translator.translate_nbest([""], 3) == [[("", 0.0)]]
+
+
+def test_output_order_is_input_order_whatever_the_batching(translator: Translator) -> None:
+    lines = mixed(seed=21)
+    together = translator.translate(lines, batch_tokens=4096)
+    tiny_batches = translator.translate(lines, batch_tokens=8)
+    one_by_one = [translator.translate([line])[0] for line in lines]
+    assert together == tiny_batches == one_by_one
+    copied = [src == hyp for src, hyp in zip(lines, together, strict=True) if src.strip()]
+    assert sum(copied) / len(copied) >= 0.9  # the copy model: each output is its own input
+
+
+@pytest.mark.parametrize("nbest, beam", [(1, 4), (3, 4), (4, 4), (2, None)])
+def test_nbest_lists_are_best_first_and_nbest_long(
+    translator: Translator, nbest: int, beam: int | None
+) -> None:
+    lines = [line for line in mixed(seed=22) if line.strip()]
+    for hyps in translator.translate_nbest(lines, nbest, beam=beam):
+        assert len(hyps) == nbest
+        scores = [score for _, score in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({text for text, _ in hyps}) == nbest  # distinct hypotheses
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translate_is_the_first_of_translate_nbest(translator: Translator, beam: int) -> None:
+    lines = mixed(seed=23)
+    best = translator.translate(lines, beam=beam)
+    assert best == [hyps[0][0] for hyps in translator.translate_nbest(lines, 1, beam=beam)]
+    assert best == [hyps[0][0] for hyps in translator.translate_nbest(lines, beam, beam=beam)]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.translate_nbest(["apple"], 5, beam=2),
+        lambda t: t.translate(["apple"], beam=0),
+        lambda t: t.translate(["apple"], lenpen=-1.0),
+        lambda t: t.translate_nbest(["apple"], 0),
+    ],
+    ids=["nbest over beam", "beam 0", "negative lenpen", "nbest 0"],
+)
+def test_bad_settings_are_input_errors(translator: Translator, call: object) -> None:
+    with pytest.raises(InputError):
+        call(translator)  # type: ignore[operator]
+
+
+def test_a_missing_checkpoint_is_an_input_error(tmp_path: object) -> None:
+    with pytest.raises(InputError):
+        Translator.load(f"{tmp_path}/missing.pt", device="cpu")
