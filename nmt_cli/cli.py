@@ -39,6 +39,7 @@ app = typer.Typer(
 class Globals:
     debug = False
     quiet = False
+    fast_exit = False  # set by commands whose process has nothing left to do once they return
 
 
 def _version(value: bool) -> None:
@@ -222,6 +223,8 @@ def translate(
     """Translate text with beam search (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
+
+    Globals.fast_exit = True
 
     command.run(
         models=model,
