@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
 from torch import nn
-from torch.ao.quantization import quantize_dynamic
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
@@ -240,6 +239,8 @@ def for_decoding(model: Transformer, precision: str) -> Transformer:
         tied = nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size, bias=False)
         tied.weight = model.tgt_embed.tokens.weight
         model.output_proj = tied
+    from torch.ao.quantization import quantize_dynamic  # imported on use: it slows every start-up
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the kernels are current
         return cast(Transformer, quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8))
