@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import decode_speed
+import decode_vs_ctranslate2
 import serve_load
 import time_to_bleu
 import train_speed
@@ -37,6 +38,9 @@ TARGETS = [
     ("decode_greedy_sent_s", ">= 420", "greedy sentences/s"),
     ("decode_bleu_beam4", None, "sacreBLEU of the decode model, beam 4"),
     ("decode_len_ratio", "0.95 - 1.05", "output/reference length, beam 4"),
+    ("beam4_whole_nmt_vs_ct2_int8", ">= 1.2", "beam 4 tok/s, nmt best / CTranslate2 int8"),
+    ("greedy_whole_nmt_vs_ct2_int8", ">= 1.0", "greedy target tok/s, nmt best / CTranslate2 int8"),
+    ("startup_load_s", "<= 1.0", "nmt translate start-up and model load, s"),
     ("serve_c16_sent_s", None, "nmt serve, 16 clients, sentences/s"),
     ("serve_16_vs_offline", ">= 0.70", "nmt serve, 16 clients / offline sentences/s"),
     ("serve_lone_p50_vs_direct", "<= 1.5", "nmt serve, lone request p50 / direct call"),
@@ -56,6 +60,7 @@ def main() -> None:
     for precision in ("bf16", "fp32"):  # the key names, whatever the minutes
         summary[f"bleu_15min_{precision}"] = ttb[f"bleu_{args.minutes:g}min_{precision}"]
     summary.update(decode_speed.main([*data, "--minutes", f"{args.minutes:g}"]))
+    summary.update(decode_vs_ctranslate2.main([*data, "--minutes", f"{args.minutes:g}"]))
     summary.update(serve_load.main([*data, "--minutes", f"{args.minutes:g}"]))
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)

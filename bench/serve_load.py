@@ -26,11 +26,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import torch
 from common import DEFAULT_DATA, ROOT, THREADS, emit
 from time_to_bleu import trained_model
 
+from nmt_cli.config import RuntimeConfig
 from nmt_cli.device import configure_cpu
-from nmt_cli.translator import Translator
+from nmt_cli.translator import Translator, decoding_workers
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
     lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
-    result: dict = {"serve_precision": args.precision, "serve_beam": args.beam, "serve_threads": THREADS}
+    result: dict = {"serve_precision": args.precision, "serve_beam": args.beam}
     reference = offline_figures(model, lines, args, result)
     server, url = start_server(model, args)
     try:
@@ -65,26 +67,36 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def offline_figures(model: Path, lines: list[str], args: argparse.Namespace, result: dict) -> list[str]:
-    """Offline sentences/s and the direct one-line latency, in this process; returns the offline
-    translations, which the server's answers are compared with."""
+    """In this process: the p50 latency of a direct one-line `Translator.translate` call (one
+    process, as a Python user calls it), then the offline sentences/s over the same lines with the
+    decoding workers `nmt translate` uses by default; returns the translations, which the server's
+    answers are compared with."""
     configure_cpu(THREADS)
     translator = Translator.load(model, device="cpu", precision=args.precision)
-    translator.translate(lines[:100], beam=args.beam)  # warm-up
-    start = time.perf_counter()
     reference = translator.translate(lines, beam=args.beam)
-    result["serve_offline_sent_s"] = round(len(lines) / (time.perf_counter() - start), 1)
     direct = []
     for line in lines[:100]:
         start = time.perf_counter()
         translator.translate([line], beam=args.beam)
         direct.append(time.perf_counter() - start)
     result["serve_direct_p50_ms"] = round(1000 * float(np.percentile(direct, 50)), 1)
+    torch.set_num_threads(1)  # as `nmt translate` does before forking its workers
+    workers = decoding_workers(RuntimeConfig(workers=0), torch.device("cpu"))
+    translator.start_workers(workers)
+    try:
+        translator.translate(lines[:100], beam=args.beam)  # warm-up
+        start = time.perf_counter()
+        translator.translate(lines, beam=args.beam)
+        result["serve_offline_sent_s"] = round(len(lines) / (time.perf_counter() - start), 1)
+    finally:
+        translator.close()
+    result["serve_workers"] = workers
     return reference
 
 
 def start_server(model: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     command = [sys.executable, "-m", "nmt_cli", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
-    command += ["--threads", str(THREADS), "--precision", args.precision]
+    command += ["--precision", args.precision]  # and the default workers, as `nmt translate`
     if args.max_wait_ms is not None:
         command += ["--max-wait-ms", f"{args.max_wait_ms:g}"]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
