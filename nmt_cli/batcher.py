@@ -1,11 +1,13 @@
 """Batching across requests for `nmt serve`: lines from many callers decoded in one call.
 
-Callers `submit` lines with their decode settings and get a `concurrent.futures.Future`; one
+Callers `submit` lines with their decode settings and get a `concurrent.futures.Future`; a
 decoding thread takes the oldest waiting request, gives others up to `max_wait_s` (counted from
 that request's arrival) to join it, up to `max_batch_tokens` source tokens, decodes the lines of
 every request with the same settings in one call, and hands each request its own results.
-Requests with other settings wait for a later batch. Waiting lines are bounded (`max_queue`):
-beyond that `submit` raises `QueueFull` at once, so memory stays bounded under overload.
+Requests with other settings wait for a later batch. With several decoding threads (one per
+decoding worker process), one gathers the next batch while the others decode theirs. Waiting
+lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once, so memory
+stays bounded under overload.
 
 Knows nothing of HTTP or of the model: the decode and token-count functions are given. Imports
 only the standard library.
@@ -66,7 +68,7 @@ class _Request(Generic[Result]):
 
 
 class Batcher(Generic[Result]):
-    """One decoding thread fed by a bounded queue of requests. `start()`, `submit()` from any
+    """Decoding threads fed by a bounded queue of requests. `start()`, `submit()` from any
     thread, `close()` to finish every waiting request and stop."""
 
     def __init__(
@@ -77,9 +79,10 @@ class Batcher(Generic[Result]):
         max_wait_s: float,
         max_queue: int,
         on_batch: Callable[[int, int, int, float], None] | None = None,
+        decoders: int = 1,
     ) -> None:
-        """`decode(lines, key)` returns one result per line; `on_batch(requests, lines, tokens,
-        seconds)` is told of every batch decoded (for logging)."""
+        """`decode(lines, key)` returns one result per line, and is called from `decoders` threads at
+        once; `on_batch(requests, lines, tokens, seconds)` is told of every batch (for logging)."""
         self.decode = decode
         self.count_tokens = count_tokens
         self.max_batch_tokens = max_batch_tokens
@@ -89,17 +92,21 @@ class Batcher(Generic[Result]):
         self.stats = BatchStats()
         self._cond = threading.Condition()
         self._inbox: deque[_Request[Result]] = deque()  # shared with submitters, under _cond
-        self._backlog: list[_Request[Result]] = []  # the decoding thread's own, oldest first
+        self._backlog: list[_Request[Result]] = []  # the gathering thread's, under _gather; oldest first
+        self._gather = threading.Lock()  # one decoding thread at a time gathers a batch
         self._waiting_lines = 0  # lines in _inbox and _backlog, under _cond
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="nmt-decoder", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"nmt-decoder-{i}", daemon=True) for i in range(decoders)
+        ]
 
     @property
     def waiting_lines(self) -> int:
         return self._waiting_lines
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, lines: list[str], key: DecodeKey) -> Future[list[Result]]:
         """Queue `lines`; the future gets one result per line, in order (or the decode's error).
@@ -123,12 +130,14 @@ class Batcher(Generic[Result]):
         with self._cond:
             self._closing = True
             self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
 
     def _run(self) -> None:
         while True:
-            batch = self._next_batch()
+            with self._gather:
+                batch = self._next_batch()
             if batch is None:
                 return
             self._decode(batch)
@@ -199,9 +208,10 @@ class Batcher(Generic[Result]):
             return
         seconds = time.perf_counter() - start
         assert len(results) == len(lines), "decode must return one result per line"
-        self.stats.batches += 1
-        self.stats.merged_batches += len(batch) > 1
-        self.stats.most_requests_in_a_batch = max(self.stats.most_requests_in_a_batch, len(batch))
+        with self._cond:
+            self.stats.batches += 1
+            self.stats.merged_batches += len(batch) > 1
+            self.stats.most_requests_in_a_batch = max(self.stats.most_requests_in_a_batch, len(batch))
         offset = 0
         for request in batch:
             request.future.set_result(results[offset : offset + len(request.lines)])

@@ -185,6 +185,7 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
         limits.max_wait_ms / 1000,
         limits.max_queue,
         on_batch=_log_batch,
+        decoders=translator.workers,  # one batch a worker: batches of a few lines are not split
     )
 
     @contextlib.asynccontextmanager

@@ -52,7 +52,8 @@ class Translator:
     """Loaded models with their sentencepiece processors and default decode settings.
 
     Safe to share between threads: calls are served one at a time (a lock), so a second caller
-    waits for the first. Decode settings given to a call apply to that call only.
+    waits for the first; with decoding workers (`start_workers`), calls from several threads run
+    at once on different workers. Decode settings given to a call apply to that call only.
     """
 
     ensemble: Ensemble
@@ -121,12 +122,18 @@ class Translator:
             settings = DecodeOverrides(beam=nbest).apply(settings, "translate options")
         if nbest > settings.beam:
             raise InputError(f"nbest {nbest} is larger than the beam ({settings.beam}); raise the beam")
-        with self._lock:
-            if self._pool is None:
+        if self._pool is None:
+            with self._lock:
                 return self._translate(list(lines), settings, batch_tokens, nbest)
-            results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest))
+        results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest))
+        with self._lock:
             self.truncated += truncated
-            return results
+        return results
+
+    @property
+    def workers(self) -> int:
+        """Decoding processes (1 when decoding in this process)."""
+        return self._pool.workers if self._pool is not None else 1
 
     def start_workers(self, workers: int) -> None:
         """Decode in `workers` processes of one thread each from now on (CPU; see `workers`).

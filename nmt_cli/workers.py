@@ -20,6 +20,8 @@ import torch
 Work = Callable[[list[str], Any], tuple[list[Any], int]]
 """(a part of the lines, the call's settings) -> (one result per line, a count to add up)."""
 
+MIN_LINES_PER_PART = 32
+
 _WORK: Work | None = None  # what a forked worker runs; set in the parent just before the fork
 
 
@@ -41,9 +43,13 @@ class WorkerPool:
         self._pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
 
     def map(self, lines: list[str], settings: Any) -> tuple[list[Any], int]:
-        """`work` over all lines, split among the workers: results in input order, counts summed."""
+        """`work` over all lines, split among the workers: results in input order, counts summed.
+        Safe to call from several threads at once (multiprocessing's pool queues the parts)."""
         by_length = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-        parts = [by_length[w :: self.workers] for w in range(self.workers)]
+        # A few lines go to one worker whole: splitting them would not make the steps of a search
+        # fewer, and it would keep the other worker from a concurrent caller's lines (nmt serve).
+        count = max(1, min(self.workers, len(lines) // MIN_LINES_PER_PART))
+        parts = [by_length[w::count] for w in range(count)]
         parts = [p for p in parts if p]
         answers = self._pool.starmap(_run, [([lines[i] for i in part], settings) for part in parts])
         results: list[Any] = [None] * len(lines)

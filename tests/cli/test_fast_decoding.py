@@ -14,6 +14,7 @@ from nmt_cli import Translator
 from nmt_cli.config import RuntimeConfig
 from nmt_cli.errors import InputError
 from nmt_cli.translator import decoding_workers
+from nmt_cli.workers import WorkerPool
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,17 @@ def test_default_workers_one_per_core_unless_threads_are_given() -> None:
 def test_unknown_precision_is_refused_in_one_line(trained: TrainedRun) -> None:
     with pytest.raises(InputError, match="int4"):
         Translator.load(trained.checkpoint, device="cpu", precision="int4")
+
+
+def upper_and_count_parts(lines: list[str], settings: object) -> tuple[list[str], int]:
+    return [line.upper() for line in lines], 1
+
+
+def test_workers_split_a_large_call_and_keep_a_small_one_whole() -> None:
+    pool = WorkerPool(upper_and_count_parts, 2)
+    try:
+        many = [f"line {i} " + "x" * (i % 13) for i in range(200)]
+        assert pool.map(many, None) == ([line.upper() for line in many], 2)  # in order, two parts
+        assert pool.map(many[:5], None) == ([line.upper() for line in many[:5]], 1)  # one worker
+    finally:
+        pool.close()

@@ -136,3 +136,20 @@ def test_close_decodes_what_waits_without_waiting_for_more(recorder: Recorder) -
     assert results(futures) == [[f"LINE {i}"] for i in range(3)]
     with pytest.raises(Closed):
         batcher.submit(["late"], BEAM4)
+
+
+def test_two_decoding_threads_decode_two_batches_at_once() -> None:
+    both_running = threading.Barrier(2, timeout=10)  # breaks (an error) unless two calls overlap
+    calls: list[list[str]] = []
+
+    def decode(lines: list[str], key: DecodeKey) -> list[str]:
+        calls.append(list(lines))
+        both_running.wait()
+        return [line.upper() for line in lines]
+
+    batcher = Batcher(decode, lambda line: 1, max_batch_tokens=1, max_wait_s=0.0, max_queue=10, decoders=2)
+    batcher.start()
+    futures = [batcher.submit([f"line {i}"], BEAM4) for i in range(2)]
+    assert results(futures) == [["LINE 0"], ["LINE 1"]]
+    batcher.close()
+    assert sorted(calls) == [["line 0"], ["line 1"]] and batcher.stats.batches == 2
