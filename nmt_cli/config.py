@@ -105,6 +105,9 @@ class TrainConfig:
     """Tokens per batch, counted as padded size of the larger side."""
     update_freq: int = 1
     """Batches accumulated into one update (effective batch = max_tokens x update_freq x GPUs)."""
+    update_tokens: int = 0
+    """Tokens wanted per update (the paper: ~25,000, §5.1); when set, update_freq becomes
+    ceil(update_tokens / (max_tokens x processes)), so one recipe fits 1, 8 or 64 GPUs."""
     label_smoothing: float = 0.1
     """eps_ls (§5.4)."""
     lr_schedule: str = "noam"
@@ -171,17 +174,9 @@ class TrainConfig:
         )
         for name in ("lr", "lr_scale", "adam_eps"):
             _check(getattr(self, name) > 0, where, f"train.{name}", "must be positive")
+        never_negative = "max_updates max_epochs max_minutes save_every_updates save_every_minutes keep_last"
         for name in (
-            "max_updates",
-            "max_epochs",
-            "max_minutes",
-            "save_every_updates",
-            "save_every_minutes",
-            "keep_last",
-            "valid_every_updates",
-            "patience",
-            "clip_norm",
-            "log_every_updates",
+            f"{never_negative} valid_every_updates patience clip_norm log_every_updates update_tokens".split()
         ):
             _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 

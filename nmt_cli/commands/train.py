@@ -7,6 +7,7 @@ Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK (docs/
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -74,6 +75,9 @@ def open_session(
     cfg = resolve_config(recipe, overrides, resume, last, meta)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
+    if cfg.train.update_tokens > 0:  # the same tokens per update whatever the number of processes
+        update_freq = max(1, math.ceil(cfg.train.update_tokens / (cfg.train.max_tokens * world.size)))
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, update_freq=update_freq))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)

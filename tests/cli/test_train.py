@@ -280,3 +280,14 @@ def test_a_run_saved_without_loss_scaling_resumes_into_an_enabled_scaler(trained
     restore_scaler(resumed, fp16.state_dict())
     assert resumed.get_scale() == 1024.0
     restore_scaler(torch.amp.GradScaler("cpu", enabled=False), fp16.state_dict())
+
+
+def test_update_tokens_sets_update_freq_and_the_start_line_says_so(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    args = train_args(corpus.data, run, "train.max_updates=2", "train.update_tokens=1500", quiet=False)
+    assert nmt(*args) == 0
+    # max_tokens 512 on one process: ceil(1500 / 512) = 3 batches per update.
+    assert load_recipe(run / "config.toml").train.update_freq == 3
+    assert "up to 1,536 tokens per update" in capsys.readouterr().err
