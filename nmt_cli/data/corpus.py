@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 from collections.abc import Mapping
@@ -240,12 +241,18 @@ def load_meta(data_dir: Path) -> CorpusMeta:
     return CorpusMeta.from_dict(meta, path)
 
 
+LENGTH_DTYPE = np.uint16
+MAX_LENGTH = int(np.iinfo(LENGTH_DTYPE).max) - 1  # room for the +1 of EOS/BOS in batching
+OFFSETS_CHUNK = 1 << 16  # sentences whose offsets are read at a time (512 KB)
+
+
 class TokenArray:
     """One side of a split: a flat token array and sentence offsets, both memory-mapped."""
 
-    def __init__(self, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, offsets_path: Path | None = None) -> None:
         self.tokens = tokens
         self.offsets = offsets
+        self.offsets_path = offsets_path
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -254,8 +261,21 @@ class TokenArray:
         return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
 
     def lengths(self) -> np.ndarray:
-        """Pieces per sentence (int64), without bos/eos."""
-        return np.diff(self.offsets).astype(np.int64, copy=False)
+        """Pieces per sentence without BOS/EOS, as uint16 (capped at MAX_LENGTH): 2 bytes a
+        sentence, so that the batch index of a 36M-pair corpus stays small. The offsets are read
+        from their file a chunk at a time, not through the mapping, whose pages (8 bytes a
+        sentence) would otherwise stay resident in every training process."""
+        out = np.empty(len(self), dtype=LENGTH_DTYPE)
+        for start in range(0, len(self), OFFSETS_CHUNK):
+            stop = min(start + OFFSETS_CHUNK, len(self))
+            if self.offsets_path is None:
+                offsets = np.asarray(self.offsets[start : stop + 1])
+            else:
+                offsets = np.fromfile(
+                    self.offsets_path, dtype=np.int64, count=stop + 1 - start, offset=8 * start
+                )
+            np.minimum(np.diff(offsets), MAX_LENGTH, out=out[start:stop], casting="unsafe")
+        return out
 
 
 class ParallelSplit:
@@ -274,7 +294,13 @@ def _map(path: Path, dtype: str) -> np.ndarray:
         raise InputError(f"{path}: missing from the prepared corpus; run `nmt prepare` again")
     if path.stat().st_size == 0:
         return np.zeros(0, dtype)  # mmap cannot map an empty file
-    return np.memmap(path, dtype=dtype, mode="r")
+    with open(path, "rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapped, "madvise"):
+        # Training reads pairs at random: without this, each page fault also maps the pages
+        # around it, and every update left ~3 MB more of the corpus resident (measured at 2M pairs).
+        mapped.madvise(mmap.MADV_RANDOM)
+    return np.frombuffer(mapped, dtype=dtype)
 
 
 def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
@@ -287,7 +313,7 @@ def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
             f"{data_dir / idx_name(split, lang)}: offsets do not match "
             f"{bin_name(split, lang)}; the corpus is damaged, run `nmt prepare` again"
         )
-    return TokenArray(tokens, offsets)
+    return TokenArray(tokens, offsets, data_dir / idx_name(split, lang) if len(offsets) else None)
 
 
 def load_split(data_dir: Path, split: str) -> ParallelSplit:

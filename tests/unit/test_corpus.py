@@ -4,6 +4,7 @@ the round trip text -> sentencepiece ids -> .bin/.idx -> memmap -> text."""
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import random
 from pathlib import Path
@@ -77,9 +78,10 @@ def test_writer_and_memmap_reader(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(json.dumps(fake_meta(5)))
     split = corpus.load_split(tmp_path, "train")
     assert len(split) == len(split.src) == len(split.tgt) == 5
-    assert isinstance(split.src.tokens, np.memmap) and isinstance(split.src.offsets, np.memmap)
+    for mapped in (split.src.tokens, split.src.offsets):  # views of the files, not copies
+        assert isinstance(mapped.base, memoryview) and isinstance(mapped.base.obj, mmap.mmap)
     assert split.src.offsets[0] == 0 and split.src.offsets.dtype == np.int64
-    assert split.src.lengths().tolist() == [3, 0, 1, 4, 1] and split.src.lengths().dtype == np.int64
+    assert split.src.lengths().tolist() == [3, 0, 1, 4, 1] and split.src.lengths().dtype == np.uint16
     assert [split.src[i].tolist() for i in range(5)] == src
     assert [split.tgt[i].tolist() for i in range(5)] == tgt
 
@@ -90,6 +92,16 @@ def test_empty_split_loads(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(json.dumps(fake_meta(2, "int32")))
     split = corpus.load_split(tmp_path, "train")
     assert split.src.lengths().tolist() == [0, 0] and split.tgt[1].size == 0
+
+
+def test_lengths_are_read_in_chunks_and_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sentences = [[5] * n for n in (3, 0, 7, 1, 2, 9, 4)] + [[6] * 70_000]
+    write_side(tmp_path, "train", "en", sentences, "uint16")
+    write_side(tmp_path, "train", "de", sentences, "uint16")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(len(sentences))))
+    monkeypatch.setattr(corpus, "OFFSETS_CHUNK", 3)  # chunk edges inside the split
+    lengths = corpus.load_split(tmp_path, "train").src.lengths()
+    assert lengths.tolist() == [3, 0, 7, 1, 2, 9, 4, corpus.MAX_LENGTH]
 
 
 def test_token_dtype() -> None:
