@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= ../shared/data/multi30k
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint demo bench gpu-check clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py --data $(DATA)
+
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) demo bench/results bench/work .pytest_cache

@@ -1,0 +1,412 @@
+"""`make gpu-check`: run every CUDA path of nmt_cli once and report what happened, as JSON.
+
+Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler;
+`nmt train` resumed across precisions; torchrun against one process; the SDPA backends and the
+attention-mask invariants; training and decoding throughput of the paper's base and big models.
+Each step is {"name", "ok", figures..., "error" when it failed}; a failing step does not stop
+the others, and the exit status is 1 when any failed.
+
+On a machine without CUDA the same steps run on CPU with a tiny model and the report says
+"device": "cpu", "dry_run": true (fp16 and NCCL are skipped): CI runs that to keep the script
+working. Run: `make gpu-check` or `.venv/bin/python bench/gpu_check.py`; the JSON is printed
+and written to bench/results/gpu_check.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from nmt_cli import checkpoint
+from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.data.batching import collate
+from nmt_cli.model import Transformer
+from nmt_cli.search import Ensemble, translate_sentences
+from nmt_cli.training.loop import accumulate_gradients, apply_update
+from nmt_cli.training.precision import autocast
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "bench" / "results" / "gpu_check.json"
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+Figures = dict[str, Any]
+BACKENDS = (
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.MATH,
+)
+
+
+def config(layers: int, d: int, d_ff: int, heads: int, vocab: int, dropout: float = 0.0) -> ModelConfig:
+    return ModelConfig(
+        encoder_layers=layers, decoder_layers=layers, d_model=d, d_ff=d_ff, heads=heads,
+        d_k=d // heads, d_v=d // heads, dropout=dropout, src_vocab_size=vocab, tgt_vocab_size=vocab,
+    )  # fmt: skip
+
+
+TINY = config(2, 64, 128, 4, 1000)
+BASE = config(6, 512, 2048, 8, 37000, dropout=0.1)
+BIG = config(6, 1024, 4096, 16, 37000, dropout=0.1)
+SMALL = BASE if CUDA else TINY  # the model of the correctness steps
+
+
+def checks(**conditions: bool) -> Figures:
+    """{"ok": all conditions hold}, with an "error" naming those that do not."""
+    failed = [name for name, ok in conditions.items() if not ok]
+    return {"ok": not failed, **({"error": "failed: " + ", ".join(failed)} if failed else {})}
+
+
+def combine(key: str, parts: Figures) -> Figures:
+    """The figures of several sub-checks under `key`, ok when every one is."""
+    return {key: parts, **checks(**{name: part.get("ok", True) for name, part in parts.items()})}
+
+
+def wmt_batch(tokens: int, vocab: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """Random ids in a batch shaped like WMT training: sentences of one length bucket (newstest
+    averages ~27 pieces, log-normal spread), as many rows as fit in `tokens` padded tokens."""
+    length = int(np.clip(rng.lognormal(3.15, 0.55), 3, 200))
+    rows = max(1, tokens // (length + 4))
+    sides = [
+        [rng.integers(4, vocab, max(1, length + int(rng.integers(-3, 4)))) for _ in range(rows)] for _ in "st"
+    ]
+    return collate(sides[0], sides[1])
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def train_model(cfg: ModelConfig, seed: int = 0) -> tuple[Transformer, torch.optim.Adam]:
+    torch.manual_seed(seed)
+    model = Transformer(cfg).to(DEVICE).train()
+    return model, torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), fused=True)
+
+
+def update(
+    model: Transformer, opt: torch.optim.Adam, scaler: torch.amp.GradScaler, batch: dict, precision: str
+) -> tuple[bool, float]:
+    """One update on one batch, as the training loop does it; returns (stepped, loss per token)."""
+    stats = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
+    stepped, _ = apply_update(model, opt, scaler, 5e-4, 1.0, stats["loss"])
+    return stepped, stats["loss"] / stats["tokens"]
+
+
+def train_steps() -> Figures:
+    """~5 updates on one fixed batch per precision: the loss must stay finite and go down."""
+    out: Figures = {}
+    batch = wmt_batch(4000 if CUDA else 1000, SMALL.tgt_vocab_size, np.random.default_rng(0))
+    for precision in ("fp32", "bf16", "fp16"):
+        if precision == "fp16" and not CUDA:
+            out[precision] = {"skipped": "fp16 with loss scaling is CUDA-only (nmt train refuses it on CPU)"}
+            continue
+        model, opt = train_model(SMALL)
+        scaler = torch.amp.GradScaler(DEVICE.type, enabled=precision == "fp16")
+        results = [update(model, opt, scaler, batch, precision) for _ in range(6)]
+        losses = [round(loss, 4) for _, loss in results]
+        out[precision] = {
+            "losses": losses,
+            "skipped_updates": sum(not stepped for stepped, _ in results),
+            **checks(finite=all(map(math.isfinite, losses)), decreasing=losses[-1] < losses[0]),
+        }
+    return combine("precisions", out)
+
+
+def fp16_overflow() -> Figures:
+    """A non-finite gradient must skip the step, halve the loss scale and leave the weights alone.
+    On CPU the scaler is the same code (torch >= 2.3 has a CPU GradScaler) under fp32."""
+    model, opt = train_model(TINY)
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=True)
+    precision = "fp16" if CUDA else "fp32"
+    batch = wmt_batch(1000, TINY.tgt_vocab_size, np.random.default_rng(1))
+    stats = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
+    param = next(model.parameters())
+    assert param.grad is not None
+    param.grad.view(-1)[0] = math.inf  # what an fp16 overflow in backward leaves behind
+    before, scale = [p.detach().clone() for p in model.parameters()], scaler.get_scale()
+    stepped, grad_norm = apply_update(model, opt, scaler, 5e-4, 1.0, stats["loss"])
+    unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    untouched = not opt.state  # Adam's first step never ran: no moments, no step count
+    recovered, _ = update(model, opt, scaler, batch, precision)  # the next finite update steps
+    return {
+        "precision": precision, "scale_before": scale, "scale_after": scaler.get_scale(),
+        "grad_norm": grad_norm,
+        **checks(skipped=not stepped, scale_halved=scaler.get_scale() == scale / 2,
+                 weights_unchanged=unchanged, adam_state_untouched=untouched, next_update_steps=recovered),
+    }  # fmt: skip
+
+
+# --- the real CLI, in child processes ------------------------------------------------------------
+
+WORDS = "apple river stone cloud green music paper tiger silver window orange garden yellow friend".split()
+TINY_RUN = [  # tests/conftest.py's tiny copy-task model; no dropout so that runs compare exactly
+    "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+    "model.heads=2", "model.d_k=16", "model.d_v=16", "model.max_positions=64", "model.dropout=0.0",
+    'train.lr_schedule="inverse_sqrt"', "train.lr=1e-3", "train.warmup=10", "train.max_tokens=600",
+    "train.label_smoothing=0.0", "train.save_every_minutes=0", "train.valid_bleu=false",
+    "train.valid_every_updates=0", "train.log_every_updates=1",
+    "train.adam_eps=1e-2",  # as tests/unit/test_distributed.py: a wrong gradient scale would show
+]  # fmt: skip
+
+
+def nmt(args: list[str], launcher: list[str] | None = None) -> None:
+    """Run `python -m nmt_cli ARGS` (or under `launcher`); raise with its stderr if it fails."""
+    command = [*(launcher or [sys.executable, "-m", "nmt_cli"]), "-q", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`nmt {' '.join(args[:1])}` exited {proc.returncode}: {proc.stderr[-1500:]}")
+
+
+def copy_corpus(root: Path) -> Path:
+    """A copy task over 14 words, prepared by `nmt prepare` (the tests' corpus, smaller)."""
+    data = root / "data"
+    if not (data / "meta.json").exists():
+        rng = random.Random(0)
+        for split, n in (("train", 1000), ("valid", 20)):
+            lines = "".join(" ".join(rng.choices(WORDS, k=rng.randint(1, 6))) + "\n" for _ in range(n))
+            for side in ("src", "tgt"):
+                (root / f"{split}.{side}").write_text(lines, encoding="utf-8")
+        nmt(["prepare", "--train", str(root / "train"), "--valid", str(root / "valid"), "--src", "src",
+             "--tgt", "tgt", "--out", str(data), "--vocab-size", "100", "--no-byte-fallback"])  # fmt: skip
+    return data
+
+
+def train_args(data: Path, out: Path, *overrides: str) -> list[str]:
+    device = ["--device", "cuda"] if CUDA else ["--device", "cpu", "--threads", "1"]
+    return ["train", "--data", str(data), "--out", str(out), *device,
+            *(x for item in (*TINY_RUN, *overrides) for x in ("--set", item))]  # fmt: skip
+
+
+def resume_across_precisions(tmp: Path) -> Figures:
+    """Train 3 updates in bf16, resume to 6 in fp16 (fp32 on CPU), then to 9 in bf16."""
+    data, run = copy_corpus(tmp), tmp / "resume"
+    plan = [("bf16", 3), ("fp16" if CUDA else "fp32", 6), ("bf16", 9)]
+    updates = []
+    for precision, upto in plan:
+        nmt([*train_args(data, run, f"train.max_updates={upto}"), "--precision", precision])
+        updates.append(checkpoint.load(run / "checkpoints" / "checkpoint_last.pt").update)
+    return {"plan": plan, "checkpoint_updates": updates, **checks(updates=updates == [3, 6, 9])}
+
+
+def torchrun(tmp: Path) -> Figures:
+    """torchrun with one process per GPU (NCCL) against one process accumulating as many batches:
+    the same updates, so the same weights. On CPU: two gloo processes, as the unit test does."""
+    data = copy_corpus(tmp)
+    procs = torch.cuda.device_count() if CUDA else 2
+    sets = ["train.max_updates=4", "train.save_every_updates=0"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]  # = torchrun
+    launcher += [f"--nproc_per_node={procs}", "-m", "nmt_cli"]
+    nmt([*train_args(data, tmp / "ddp", *sets), "--precision", "fp32"], launcher)
+    nmt([*train_args(data, tmp / "one", *sets, f"train.update_freq={procs}"), "--precision", "fp32"])
+    a, b = (checkpoint.load(tmp / run / "checkpoints" / "checkpoint_last.pt") for run in ("ddp", "one"))
+    diff = max(float((a.model[k].float() - b.model[k].float()).abs().max()) for k in b.model)
+    bitwise = all(torch.equal(a.model[k], b.model[k]) for k in b.model)
+    return {
+        "processes": procs, "backend": "nccl" if CUDA else "gloo", "distributed": procs > 1,
+        "updates": [a.update, b.update], "bitwise_equal": bitwise, "max_abs_diff": diff,
+        **({"note": "one GPU: torchrun runs a single process, no NCCL collective"} if procs == 1 else {}),
+        **checks(same_updates=a.update == b.update == 4, same_weights=diff <= 1e-5),
+    }  # fmt: skip
+
+
+# --- attention ------------------------------------------------------------------------------------
+
+
+def sdpa() -> Figures:
+    """Which SDPA kernels run for a training-shaped and a decoding-shaped call, the one torch picks,
+    and the masks: padding a source and changing a later target token change nothing they shouldn't."""
+    dtype = torch.bfloat16 if CUDA else torch.float32  # bf16 on CPU bypasses SDPA (attention._explicit)
+    q = torch.randn(64, 8, 30, 64, device=DEVICE, dtype=dtype, requires_grad=True)
+    lengths = torch.randint(10, 31, (64, 1, 1, 1), device=DEVICE)
+    pad_mask = torch.arange(30, device=DEVICE) < lengths  # (B, 1, 1, S), as Transformer.encode
+    step_q = torch.randn(256, 8, 1, 64, device=DEVICE, dtype=dtype)  # 64 sentences x beam 4, 1 query
+    step_kv = torch.randn(256, 8, 40, 64, device=DEVICE, dtype=dtype)
+    calls = {
+        "train_encoder_padding_mask": (q, q, pad_mask, False),
+        "train_decoder_causal": (q, q, None, True),
+        "decode_step_cached": (step_q, step_kv, None, False),
+    }
+    kernels: Figures = {}
+    for name, (query, kv, mask, causal) in calls.items():
+        runs = []
+        for backend in BACKENDS:
+            try:
+                with sdpa_kernel([backend]):
+                    F.scaled_dot_product_attention(query, kv, kv, attn_mask=mask, is_causal=causal)
+                runs.append(backend.name)
+            except (RuntimeError, NotImplementedError):
+                pass  # this kernel does not take these inputs on this device
+        try:  # torch's own pick (a private function: it may go away)
+            chosen = SDPBackend(torch._fused_sdp_choice(query, kv, kv, mask, 0.0, causal)).name
+        except (AttributeError, RuntimeError, ValueError):
+            chosen = "unknown"
+        kernels[name] = {"default": chosen, "available": runs}
+    model = Transformer(config(2, 64, 128, 4, 1000)).to(DEVICE).eval()
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(4, 1000, (n,), generator=gen).numpy() for n in (12, 20))
+    tgt = torch.randint(4, 1000, (1, 10), generator=gen).to(DEVICE)
+    later = tgt.clone()
+    later[0, 6] = 4 if int(tgt[0, 6]) != 4 else 5
+    masks: Figures = {}
+    with torch.inference_mode():
+        for precision, tol in (("fp32", 1e-4), ("bf16", 5e-2)):  # relative to the largest logit
+            with autocast(DEVICE, precision):
+                # `a` alone, then `a` padded to the length of `b` in one batch with it.
+                alone = model(collate([a])["src"].to(DEVICE), tgt).float()
+                padded = model(collate([a, b])["src"].to(DEVICE), tgt.expand(2, -1)).float()[:1]
+                changed = model(collate([a])["src"].to(DEVICE), later).float()
+            scale = float(alone.abs().max())
+            pad_diff = float((alone - padded).abs().max()) / scale
+            causal_diff = float((alone[:, :6] - changed[:, :6]).abs().max()) / scale
+            masks[precision] = {"padding_rel_diff": pad_diff, "causal_rel_diff": causal_diff,
+                                "later_changed": bool((alone[:, 6:] != changed[:, 6:]).any()),
+                                **checks(padding=pad_diff <= tol, causal=causal_diff <= tol)}  # fmt: skip
+    return {"dtype": str(dtype), "kernels": kernels, **combine("masks", masks)}
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def matmul_peak() -> float:
+    """Measured bf16 matmul FLOP/s: the denominator of model FLOPs utilisation."""
+    n, reps = (8192, 20) if CUDA else (1024, 3)
+    x = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    torch.matmul(x, x)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        torch.matmul(x, x)
+    sync()
+    return 2 * n**3 * reps / (time.perf_counter() - start)
+
+
+def throughput() -> Figures:
+    """bf16 training tokens/s, MFU and peak memory; beam-4 and greedy decoding speed."""
+    peak = matmul_peak()
+    models = {"base": BASE, "big": BIG} if CUDA else {"tiny": TINY}
+    tokens, updates, sentences = (25000, 8, 500) if CUDA else (2000, 3, 16)
+    out: Figures = {"matmul_peak_tflops": round(peak / 1e12, 3)}
+    for name, cfg in models.items():
+        rng = np.random.default_rng(0)
+        model, opt = train_model(cfg)
+        scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
+        batches = [wmt_batch(tokens, cfg.tgt_vocab_size, rng) for _ in range(updates)]
+        flops = 0.0
+        for batch in batches:  # counting the FLOPs of each batch warms up too
+            with FlopCounterMode(display=False) as counter:
+                accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE)
+            opt.zero_grad(set_to_none=True)
+            flops += counter.get_total_flops()
+        if CUDA:
+            torch.cuda.reset_peak_memory_stats()
+        sync()
+        start = time.perf_counter()
+        for batch in batches:
+            update(model, opt, scaler, batch, "bf16")
+        sync()
+        seconds = time.perf_counter() - start
+        target = sum(int((b["tgt_out"] != 0).sum()) for b in batches)
+        figures: Figures = {
+            "tokens_per_update": round(target / updates), "target_tokens_per_s": round(target / seconds),
+            "mfu": round(flops / seconds / peak, 4),
+            "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if CUDA else None,
+        }  # fmt: skip
+        decoder = copy.deepcopy(model).eval()
+        if CUDA:
+            decoder = decoder.to(torch.bfloat16)  # as `nmt translate --precision bf16` does
+        del model, opt
+        lengths = np.clip(rng.lognormal(3.15, 0.55, sentences), 3, 200).astype(int)
+        src = [rng.integers(4, cfg.src_vocab_size, n) for n in lengths]
+        for beam in (4, 1):
+            sync()
+            start = time.perf_counter()
+            hyps = translate_sentences(Ensemble([decoder]), src, DecodeConfig(beam=beam), 8192, DEVICE)
+            sync()
+            seconds = time.perf_counter() - start
+            produced = sum(len(h[0].tokens) + 1 for h in hyps)  # + EOS
+            figures[f"beam{beam}"] = {
+                "sentences_per_s": round(sentences / seconds, 1),
+                "tokens_per_s": round(produced / seconds),
+            }
+        out[name] = figures
+        del decoder
+        if CUDA:
+            torch.cuda.empty_cache()
+    out["note"] = "untrained models: greedy outputs mostly run to the length limit (source + 50)"
+    return out
+
+
+# --- driver ---------------------------------------------------------------------------------------
+
+
+def run(name: str, step: Callable[[], Figures]) -> Figures:
+    start = time.monotonic()
+    try:
+        figures = step()
+        result = {"name": name, "ok": bool(figures.pop("ok", True)), **figures}
+    except Exception as exc:  # a failing step is reported; the others still run
+        tail = traceback.format_exc().strip().splitlines()[-4:]
+        result = {"name": name, "ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": tail}
+    result["seconds"] = round(time.monotonic() - start, 1)
+    return result
+
+
+def clean(value: Any) -> Any:
+    """Non-finite floats as strings: the report stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def main() -> int:
+    if not CUDA:
+        torch.set_num_threads(min(2, torch.get_num_threads()))  # more threads than cores spin
+    report: Figures = {
+        "device": DEVICE.type, "dry_run": not CUDA, "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if CUDA else None, "gpus": torch.cuda.device_count(),
+    }  # fmt: skip
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        root = Path(tmp)
+        report["steps"] = [
+            run("train_steps", train_steps),
+            run("fp16_overflow", fp16_overflow),
+            run("resume_across_precisions", lambda: resume_across_precisions(root)),
+            run("torchrun", lambda: torchrun(root)),
+            run("sdpa", sdpa),
+            run("throughput", throughput),
+        ]
+    report["ok"] = all(step["ok"] for step in report["steps"])
+    report["seconds"] = round(time.monotonic() - start, 1)
+    text = json.dumps(clean(report), indent=2)
+    print(text)
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(text + "\n", encoding="utf-8")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
