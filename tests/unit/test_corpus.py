@@ -84,6 +84,9 @@ def test_writer_and_memmap_reader(tmp_path: Path) -> None:
     assert split.src.lengths().tolist() == [3, 0, 1, 4, 1] and split.src.lengths().dtype == np.uint16
     assert [split.src[i].tolist() for i in range(5)] == src
     assert [split.tgt[i].tolist() for i in range(5)] == tgt
+    assert split.src[-1].tolist() == src[-1]  # read from the file, as training does
+    with pytest.raises(IndexError):
+        split.src[5]
 
 
 def test_empty_split_loads(tmp_path: Path) -> None:
