@@ -164,6 +164,8 @@ class Translator:
     ) -> list[Hypotheses]:
         ids = []
         for line in lines:
+            # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
+            line = line.encode("utf-8", "replace").decode("utf-8")
             pieces = self.src_spm.encode(line.strip()) if line.strip() else []
             if len(pieces) > self.max_source:
                 pieces = pieces[: self.max_source]

@@ -34,6 +34,8 @@ SPECIAL = [
     "\ufffd",
     "😀" * 40,
     "apple river",
+    "\ud800",  # a lone surrogate: a Python string, but not UTF-8
+    "apple \udfff river",
 ]
 LINE = st.one_of(
     st.text(st.characters(exclude_characters="\n"), max_size=120),

@@ -86,3 +86,9 @@ def test_bad_settings_are_input_errors(translator: Translator, call: object) -> 
 def test_a_missing_checkpoint_is_an_input_error(tmp_path: object) -> None:
     with pytest.raises(InputError):
         Translator.load(f"{tmp_path}/missing.pt", device="cpu")
+
+
+def test_a_lone_surrogate_gets_a_translation_not_an_error(translator: Translator) -> None:
+    # Python strings may hold them (e.g. from os.fsdecode); sentencepiece takes only UTF-8.
+    out = translator.translate(["\ud800", "apple \udfff river"])
+    assert len(out) == 2 and all(isinstance(text, str) for text in out)
