@@ -20,7 +20,8 @@ from typing import BinaryIO, TextIO
 from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.device import configure_cpu, resolve_device
-from nmt_cli.errors import InputError, NmtError, describe
+from nmt_cli.errors import InputError, NmtError, RunFailure, describe
+from nmt_cli.files import fsync_directory
 from nmt_cli.report import Reporter
 from nmt_cli.translator import Translator, decoding_workers, default_precision, load_translator
 
@@ -98,8 +99,11 @@ def _translate_to_file(
 
     try:
         _translate_stream(translator, source, name, out, batch_tokens, buffer_size, nbest, flushed)
+        out.flush()
+        os.fsync(out.fileno())  # the renamed file must hold its lines after a power loss too
         out.close()
         os.replace(partial, output_path)
+        fsync_directory(output_path.parent)
     except BaseException as err:
         # Closing flushes whatever part of an unfinished buffer was pending; cutting the file back
         # leaves only complete buffers, so that it holds exactly the lines the error counts. Both
@@ -163,11 +167,14 @@ def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str
     """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size."""
     lines: queue.Queue = queue.Queue(maxsize=4 * buffer_size)
     end = object()
+    failed: list[OSError] = []  # a read error, raised once the lines read before it are done
 
     def read() -> None:
         try:
             for raw in iter(source.readline, b""):
                 lines.put(raw)
+        except OSError as err:
+            failed.append(err)
         finally:
             lines.put(end)
 
@@ -176,6 +183,9 @@ def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str
     while True:
         item = lines.get()
         if item is end:
+            if failed:
+                err = failed[0]
+                raise RunFailure(f"{name}: reading failed after line {number:,} ({err.strerror or err})")
             return
         batch = [item]
         while len(batch) < buffer_size:

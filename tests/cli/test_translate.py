@@ -422,3 +422,33 @@ def test_min_len_is_an_option_and_a_negative_one_is_refused(trained: TrainedRun,
     assert copied[1] == longer[1] == ""  # an empty line stays empty
     assert len(longer[0]) > len(copied[0]) and len(longer[2]) > len(copied[2])
     assert nmt(*args, "--min-len", -1) == 2
+
+
+class FailingInput(io.RawIOBase):
+    """Gives `data`, then fails as a dying disk or a broken network mount does."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if not self.data:
+            raise OSError(errno.EIO, "Input/output error")
+        n = min(len(buffer), len(self.data))
+        buffer[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+def test_a_read_error_fails_after_translating_what_was_read(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stdin = io.TextIOWrapper(io.BufferedReader(FailingInput(b"apple river\nstone\n")), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    capsys.readouterr()
+    code = nmt("-q", "translate", "--threads", 1, "--precision", "fp32", "-m", trained.checkpoint)
+    out, err = capsys.readouterr()
+    assert code == 1  # not a silent success with a truncated output
+    assert out.splitlines() == ["apple river", "stone"]
+    assert err.strip() == "nmt: error: stdin: reading failed after line 2 (Input/output error)"
