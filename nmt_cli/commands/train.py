@@ -81,6 +81,12 @@ def open_session(
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)
+    if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != (src_model, tgt_model):
+        # Equal vocabulary sizes are not enough: another model's ids mean other pieces.
+        raise InputError(
+            f"cannot resume {last}: --data {data} was prepared with another sentencepiece model, so "
+            "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
+        )
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
 

@@ -291,3 +291,37 @@ def test_update_tokens_sets_update_freq_and_the_start_line_says_so(
     # max_tokens 512 on one process: ceil(1500 / 512) = 3 batches per update.
     assert load_recipe(run / "config.toml").train.update_freq == 3
     assert "up to 1,536 tokens per update" in capsys.readouterr().err
+
+
+def test_resuming_on_data_of_another_sentencepiece_model_is_refused(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same vocabulary size, other pieces: the ids would silently mean other words."""
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=2")) == 0
+    raw = tmp_path / "other"
+    raw.mkdir()
+    other = [line.upper() for line in sentences(2000, seed=7)]  # other characters, other pieces
+    write_split(raw / "train", other, other)
+    write_split(raw / "valid", other[:40], other[:40])
+    data = tmp_path / "other_data"
+    prepare = [
+        "--valid",
+        raw / "valid",
+        "--src",
+        "src",
+        "--tgt",
+        "tgt",
+        "--vocab-size",
+        100,
+        "--no-byte-fallback",
+    ]
+    assert nmt("-q", "prepare", "--train", raw / "train", "--out", data, *prepare) == 0
+    assert corpus_io.load_meta(data).vocab_size == corpus_io.load_meta(corpus.data).vocab_size
+    last = run_dir / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    capsys.readouterr()
+    assert nmt(*train_args(data, run_dir, "train.max_updates=4", quiet=False)) == 2
+    line = _one_line_error(capsys)
+    assert "another sentencepiece model" in line and "resume" in line
+    assert last.read_bytes() == before
