@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from common import DEFAULT_DATA, ROOT, WORK, emit
+from common import DEFAULT_DATA, WORK, emit, nmt
 from time_to_bleu import trained_model
 
 CT2_LAYOUTS = {"2x1": (2, 1), "1x2": (1, 2)}  # (inter_threads, intra_threads)
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
         }
 
     result: dict = {"lines": args.lines, "settings": "lenpen |Y|^1, batch 4096 tokens, 2 cores"}
-    result["startup_load_s"] = _startup(model, source, work, args.repeats)
+    result["startup_load_s"] = _startup(model, work, args.repeats)
     for beam in [int(b) for b in args.beams.split(",")]:
         name = "beam4" if beam == 4 else "greedy" if beam == 1 else f"beam{beam}"
         rows: dict = {}
@@ -118,37 +118,12 @@ def main(argv: list[str] | None = None) -> dict:
                 }
         for precision in NMT_PRECISIONS:
             out = work / f"nmt_{name}_{precision}.hyp"
-            whole = []
-            for _ in range(args.repeats):
-                started = time.perf_counter()
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "nmt_cli",
-                        "-q",
-                        "translate",
-                        "-m",
-                        str(model),
-                        "-i",
-                        str(source),
-                        "-o",
-                        str(out),
-                        "--precision",
-                        precision,
-                        "--beam",
-                        str(beam),
-                        "--lenpen-style",
-                        "fairseq",
-                        "--lenpen",
-                        "1.0",
-                        "--batch-tokens",
-                        str(BATCH_TOKENS),
-                    ],
-                    check=True,
-                    cwd=ROOT,
-                )
-                whole.append(time.perf_counter() - started)
+            options = ["--precision", precision, "--beam", str(beam), "--batch-tokens", str(BATCH_TOKENS)]
+            options += ["--lenpen-style", "fairseq", "--lenpen", "1.0"]
+            whole = [
+                nmt("translate", "-m", str(model), "-i", str(source), "-o", str(out), *options)[0]
+                for _ in range(args.repeats)
+            ]
             rows[f"nmt_{precision}"] = {
                 "whole": measured(out, whole),
                 "steady": _nmt_steady(model, source, out, precision, beam, args.repeats, measured),
@@ -211,42 +186,16 @@ def _inputs(data: Path, lines: int, work: Path) -> tuple[Path, list[str]]:
 
 
 def _export(model: Path, out: Path, quantization: str) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "-q",
-            "export",
-            "-m",
-            str(model),
-            "-o",
-            str(out),
-            "--force",
-            "--quantization",
-            quantization,
-        ],
-        check=True,
-        cwd=ROOT,
-    )
+    nmt("export", "-m", str(model), "-o", str(out), "--force", "--quantization", quantization)
     return out
 
 
-def _startup(model: Path, source: Path, work: Path, repeats: int) -> float:
+def _startup(model: Path, work: Path, repeats: int) -> float:
     """`nmt translate` on one empty line: interpreter start, imports and model load (median)."""
     empty = work / "empty.en"
     empty.write_text("\n", encoding="utf-8")
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "nmt_cli", "-q", "translate", "-m", str(model), "-i", str(empty)],
-            check=True,
-            cwd=ROOT,
-            capture_output=True,
-        )
-        seconds.append(time.perf_counter() - started)
-    return round(statistics.median(seconds), 3)
+    args = ["translate", "-m", str(model), "-i", str(empty), "-o", str(work / "empty.hyp")]
+    return round(statistics.median(nmt(*args)[0] for _ in range(repeats)), 3)
 
 
 if __name__ == "__main__":
