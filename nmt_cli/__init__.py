@@ -1,15 +1,17 @@
 """nmt: the Transformer of "Attention Is All You Need" as a command-line toolkit.
 
-`from nmt_cli import Translator` is the Python API (see `nmt_cli.translator`); it is imported on
-first use so that the command line starts without loading torch for commands that do not need it.
+`from nmt_cli import Translator` is the Python API (see `nmt_cli.translator`), with `Sampling`
+for sampled translations; they are imported on first use so that the command line starts
+without loading torch for commands that do not need it.
 """
 
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Translator", "__version__"]
+__all__ = ["Sampling", "Translator", "__version__"]
 
 if TYPE_CHECKING:
+    from nmt_cli.search import Sampling
     from nmt_cli.translator import Translator
 
 
@@ -18,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from nmt_cli.translator import Translator
 
         return Translator
+    if name == "Sampling":
+        from nmt_cli.search import Sampling
+
+        return Sampling
     raise AttributeError(f"module 'nmt_cli' has no attribute {name!r}")

@@ -66,16 +66,31 @@ def _main(
     "--src en --tgt de --out prepared/ --vocab-size 8000"
 )
 def prepare(
-    train: Annotated[str, typer.Option(help="Prefix of the training files: PREFIX.SRC and PREFIX.TGT.")],
+    train: Annotated[
+        list[str],
+        typer.Option(help="Prefix of training files PREFIX.SRC and PREFIX.TGT; repeat for several."),
+    ],
     valid: Annotated[str, typer.Option(help="Prefix of the validation files.")],
     src: Annotated[str, typer.Option(help="Source language suffix, e.g. en.")],
     tgt: Annotated[str, typer.Option(help="Target language suffix, e.g. de.")],
     out: Annotated[Path, typer.Option(help="Output directory for the binarized corpus.")],
     test: Annotated[str | None, typer.Option(help="Prefix of the test files (optional).")] = None,
+    train_tags: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--train-tag",
+            help='Tag of each --train corpus, in order ("" for none): written before its sources.',
+        ),
+    ] = None,
+    reserve: Annotated[
+        list[str] | None, typer.Option(help="Keep a tag whole in the vocabulary learned, for later corpora.")
+    ] = None,
+    spm_from: Annotated[
+        Path | None,
+        typer.Option(help="Encode with the vocabulary of this checkpoint or prepared corpus; learn none."),
+    ] = None,
     vocab_size: Annotated[int, typer.Option(help="Sentencepiece BPE vocabulary size.")] = 32000,
-    joint: Annotated[
-        bool, typer.Option("--joint/--no-joint", help="One vocabulary for both languages.")
-    ] = True,
+    joint: Annotated[bool, typer.Option("--joint/--no-joint", help="One vocabulary for both sides.")] = True,
     character_coverage: Annotated[float, typer.Option(help="Sentencepiece character coverage.")] = 1.0,
     spm_sample: Annotated[
         int, typer.Option(help="Learn BPE on at most this many random train sentences (bounds memory).")
@@ -87,48 +102,31 @@ def prepare(
         str, typer.Option(help="Invalid UTF-8: 'strict' stops, 'replace' carries on.")
     ] = "strict",
     byte_fallback: Annotated[
-        bool,
-        typer.Option(
-            help="Spell characters outside the vocabulary as UTF-8 byte pieces, not <unk> (256 pieces)."
-        ),
+        bool, typer.Option(help="Spell characters outside the vocabulary as UTF-8 bytes, not <unk>.")
     ] = True,
     normalization: Annotated[
-        str,
-        typer.Option(
-            help="Sentencepiece normalization: identity keeps the text as it is (what references are scored "
-            "on); nmt_nfkc, nfkc, nmt_nfkc_cf, nfkc_cf rewrite it."
-        ),
+        str, typer.Option(help="identity (as scored; default), nmt_nfkc, nfkc, nmt_nfkc_cf or nfkc_cf.")
     ] = "identity",
 ) -> None:
     """Learn a sentencepiece BPE model and binarize a parallel corpus.
 
     Reads PREFIX.SRC and PREFIX.TGT (UTF-8, one sentence a line) for train, valid and
-    test; learns BPE on at most --spm-sample sentences of train; drops train pairs with
-    an empty side, a side over --max-len pieces or a length ratio over --max-ratio
-    (valid and test keep every line); writes DATA_DIR/meta.json last. Running it again
-    with the same inputs and options reuses the finished corpus.
+    test; learns BPE on at most --spm-sample sentences of train (or takes the vocabulary of
+    --spm-from); drops train pairs with an empty side, a side over --max-len pieces or a length
+    ratio over --max-ratio (valid and test keep every line); writes DATA_DIR/meta.json last.
+    Several --train corpora are binarized one after the other (train.corpus_weights mixes them).
+    Running it again with the same inputs and options reuses the finished corpus.
     """
+    # The parameters are PrepareConfig's fields; lists become tuples.
+    given = {
+        **locals(),
+        "train": tuple(train),
+        "train_tags": tuple(train_tags or ()),
+        "reserve": tuple(reserve or ()),
+    }
     from nmt_cli.commands import prepare as command
 
-    config = command.PrepareConfig(
-        train=train,
-        valid=valid,
-        test=test,
-        src=src,
-        tgt=tgt,
-        out=out,
-        vocab_size=vocab_size,
-        joint=joint,
-        character_coverage=character_coverage,
-        spm_sample=spm_sample,
-        max_len=max_len,
-        max_ratio=max_ratio,
-        workers=workers,
-        errors=errors,
-        byte_fallback=byte_fallback,
-        normalization=normalization,
-    )
-    command.run(config, quiet=Globals.quiet)
+    command.run(command.PrepareConfig(**given), quiet=Globals.quiet)
 
 
 @app.command(
@@ -143,27 +141,30 @@ def train(
         list[str] | None, typer.Option("--set", help="Override a recipe value: section.key=value.")
     ] = None,
     device: opt.Device = "auto",
-    precision: Annotated[
-        str | None, typer.Option(help="bf16, fp16 or fp32 (overrides train.precision).")
-    ] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16, fp16 or fp32 (over train.precision).")] = None,
     threads: opt.Threads = 0,
     compile_: Annotated[
         bool, typer.Option("--compile", help="Compile the model with torch.compile.")
     ] = False,
+    init_from: Annotated[
+        Path | None, typer.Option(help="Start from this checkpoint's weights and model (fine-tuning).")
+    ] = None,
+    keep_optimizer: Annotated[
+        bool, typer.Option("--keep-optimizer/--reset-optimizer", help="With --init-from: Adam's moments too.")
+    ] = False,
 ) -> None:
-    """Train a Transformer (resumes an existing run directory)."""
+    """Train a Transformer (resumes an existing run directory).
+
+    With --init-from, a new run starts from a checkpoint's weights and architecture (the recipe may
+    change training and decoding settings and dropout, not the model) with a fresh learning-rate
+    schedule; its data must be prepared with the checkpoint's vocabulary (nmt prepare --spm-from).
+    """
     from nmt_cli.commands import train as command
     from nmt_cli.config import RuntimeConfig
 
-    command.run(
-        data=data,
-        out=out,
-        recipe=recipe,
-        overrides=list(set_ or []),
-        runtime=RuntimeConfig(device, precision, threads),
-        compile_model=compile_,
-        quiet=Globals.quiet,
-    )
+    runtime = RuntimeConfig(device, precision, threads)
+    start = command.Start(init_from, keep_optimizer) if init_from is not None else None
+    command.run(data, out, recipe, list(set_ or []), runtime, compile_, Globals.quiet, start)
 
 
 @app.command(
@@ -219,23 +220,30 @@ def translate(
     precision: opt.DecodePrecision = None,
     threads: opt.Threads = 0,
     workers: opt.Workers = 0,
+    sampling: Annotated[
+        str | None,
+        typer.Option(help="Draw translations at random instead: topk or topp (for back-translation)."),
+    ] = None,
+    topk: Annotated[
+        int, typer.Option(help="With --sampling topk: among the k likeliest pieces (0: all).")
+    ] = 10,
+    topp: Annotated[
+        float, typer.Option(help="With --sampling topp: among the likeliest pieces of mass p.")
+    ] = 0.9,
+    temperature: Annotated[float, typer.Option(help="With --sampling: <1 sharper, >1 flatter.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="With --sampling: the same seed and input, the same output.")] = 1,
 ) -> None:
-    """Translate text with beam search (stdin to stdout by default)."""
+    """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
+    from nmt_cli.search import Sampling
 
     Globals.fast_exit = True
-
+    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
+    runtime = RuntimeConfig(device, precision, threads, workers)
+    drawn = Sampling(sampling, topk, topp, temperature, seed) if sampling is not None else None
     command.run(
-        models=model,
-        input_path=input_,
-        output_path=output,
-        decode=DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len),
-        runtime=RuntimeConfig(device, precision, threads, workers),
-        nbest=nbest,
-        batch_tokens=batch_tokens,
-        buffer_size=buffer_size,
-        quiet=Globals.quiet,
+        model, input_, output, decode, runtime, nbest, batch_tokens, buffer_size, Globals.quiet, drawn
     )
 
 
@@ -268,18 +276,9 @@ def attend(
     from nmt_cli.commands import attend as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
 
-    command.run(
-        model=model,
-        input_path=input_,
-        out_dir=out_dir,
-        layer=layer,
-        head=head,
-        fmt=format_,
-        decode=DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len),
-        runtime=RuntimeConfig(device, "fp32", threads),
-        batch_tokens=batch_tokens,
-        quiet=Globals.quiet,
-    )
+    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
+    runtime = RuntimeConfig(device, "fp32", threads)
+    command.run(model, input_, out_dir, layer, head, format_, decode, runtime, batch_tokens, Globals.quiet)
 
 
 @app.command(
@@ -295,8 +294,7 @@ def score(
     tokenize: Annotated[
         str | None,
         typer.Option(
-            help="sacreBLEU tokenizer for BLEU: 13a (default), intl, none, char, zh... With --compound-split "
-            "only none goes, for files tokenized already (default: the Moses tokenizer for German)."
+            help="BLEU tokenizer: 13a (default), intl, none, char, zh...; none with --compound-split."
         ),
     ] = None,
     compound_split: Annotated[

@@ -71,27 +71,13 @@ class ModelConfig:
             "model.d_model",
             f"{self.d_model} is not divisible by model.heads = {self.heads}",
         )
-        for name in (
-            "encoder_layers",
-            "decoder_layers",
-            "d_model",
-            "d_ff",
-            "heads",
-            "d_k",
-            "d_v",
-            "max_positions",
-        ):
+        for name in "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split():
             _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
-        _check(self.norm in ("post", "pre"), where, "model.norm", f'\'{self.norm}\': use "post" or "pre"')
-        _check(
-            self.positions in ("sinusoidal", "learned"),
-            where,
-            "model.positions",
-            f'\'{self.positions}\': use "sinusoidal" or "learned"',
-        )
+        _check_choice(self.norm, ("post", "pre"), where, "model.norm")
+        _check_choice(self.positions, ("sinusoidal", "learned"), where, "model.positions")
         _check(
             self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1"
         )
@@ -144,7 +130,14 @@ class TrainConfig:
     valid_bleu: bool = True
     """Decode the valid set during validation and report sacreBLEU."""
     patience: int = 0
-    """Stop after this many validations without a better valid loss; 0 disables."""
+    """Stop after this many validations without a better best_metric; 0 disables."""
+    best_metric: str = "loss"
+    """What checkpoint_best.pt and patience follow: valid "loss", or "bleu" or "chrf" of the decoded
+    valid set (these need valid_bleu)."""
+    corpus_weights: list[float] = field(default_factory=list)
+    """Share of each training corpus (in `nmt prepare --train` order) in every epoch, e.g. [1, 1]
+    for half and half; an epoch keeps the corpora's total size, drawing a smaller corpus's share
+    with repeats. Empty: each pair once an epoch."""
     log_every_updates: int = 50
     """Write a metrics.jsonl record every this many updates."""
     seed: int = 1
@@ -154,17 +147,21 @@ class TrainConfig:
         for name in ("max_tokens", "update_freq", "warmup"):
             _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
         _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
+        _check_choice(self.lr_schedule, ("noam", "inverse_sqrt"), where, "train.lr_schedule")
+        _check_choice(self.precision, ("bf16", "fp16", "fp32"), where, "train.precision")
+        _check_choice(self.best_metric, ("loss", "bleu", "chrf"), where, "train.best_metric")
         _check(
-            self.lr_schedule in ("noam", "inverse_sqrt"),
+            self.best_metric == "loss" or self.valid_bleu,
             where,
-            "train.lr_schedule",
-            f'\'{self.lr_schedule}\': use "noam" or "inverse_sqrt"',
+            "train.best_metric",
+            f'"{self.best_metric}" needs train.valid_bleu = true (the valid set is decoded to score it)',
         )
         _check(
-            self.precision in ("bf16", "fp16", "fp32"),
+            all(w >= 0 for w in self.corpus_weights)
+            and (not self.corpus_weights or any(self.corpus_weights)),
             where,
-            "train.precision",
-            f'\'{self.precision}\': use "bf16", "fp16" or "fp32"',
+            "train.corpus_weights",
+            "must not be negative, and one at least must be positive",
         )
         _check(
             len(self.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in self.adam_betas),
@@ -202,12 +199,7 @@ class DecodeConfig:
     def validate(self, where: str) -> None:
         _check(self.beam >= 1, where, "decode.beam", "must be at least 1")
         _check(self.lenpen >= 0, where, "decode.lenpen", "must not be negative")
-        _check(
-            self.lenpen_style in ("gnmt", "fairseq"),
-            where,
-            "decode.lenpen_style",
-            f'\'{self.lenpen_style}\': use "gnmt" or "fairseq"',
-        )
+        _check_choice(self.lenpen_style, ("gnmt", "fairseq"), where, "decode.lenpen_style")
         for name in ("max_len_a", "max_len_b", "min_len"):
             _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
 
@@ -271,6 +263,11 @@ class RunConfig:
 def _check(ok: bool, where: str, key: str, problem: str) -> None:
     if not ok:
         raise InputError(f"{where}: {key}: {problem}")
+
+
+def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
+    quoted = [f'"{c}"' for c in choices]
+    _check(value in choices, where, key, f"'{value}': use {', '.join(quoted[:-1])} or {quoted[-1]}")
 
 
 def _coerce(value: object, annotation: str, key: str, where: str) -> object:

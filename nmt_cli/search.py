@@ -4,11 +4,13 @@ Bookkeeping is vectorised over sentences and beams: one `topk` per step, finishe
 hypotheses written with tensor indexing, the decoder state reordered by one
 `index_select`, and finished sentences leaving the active batch. A sentence's hypotheses
 share its encoder memory (no copy per beam). An ensemble averages the models'
-log-probabilities. Imports torch, numpy, `config`, the model and data.batching.
+log-probabilities. Sampling (top-k, top-p) goes through the greedy path. Imports torch, numpy,
+`config`, `errors`, the model and data.batching.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +19,10 @@ from torch import Tensor
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.errors import InputError
 from nmt_cli.model import DecoderState, Transformer
+
+SAMPLING_METHODS = ("topk", "topp")
 
 
 @dataclass
@@ -26,6 +31,35 @@ class Hypothesis:
     """Generated ids without the final EOS."""
     score: float
     """Sum of log-probabilities divided by the length penalty."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Draw each next piece at random instead of searching: the usual way to back-translate
+    monolingual text (Edunov et al., 2018). One sample per line."""
+
+    method: str = "topk"
+    """"topk": among the `topk` likeliest pieces; "topp": among the fewest likeliest pieces whose
+    probabilities add up to `topp` (nucleus sampling, Holtzman et al., 2020)."""
+    topk: int = 10
+    """0 draws from the whole vocabulary."""
+    topp: float = 0.9
+    temperature: float = 1.0
+    """Log-probabilities are divided by it before drawing: below 1 sharper, above 1 flatter."""
+    seed: int = 1
+    """Each batch draws from a generator seeded by this and the batch's content, so that the same
+    input, options and seed give the same output, in one process or several."""
+
+    def validate(self) -> None:
+        checks = [
+            (self.method in SAMPLING_METHODS, f"--sampling {self.method!r}: use topk or topp"),
+            (self.topk >= 0, f"--topk {self.topk}: must be 0 (the whole vocabulary) or more"),
+            (0.0 < self.topp <= 1.0, f"--topp {self.topp}: must be in (0, 1]"),
+            (self.temperature > 0.0, f"--temperature {self.temperature}: must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(message)
 
 
 def length_penalty(length: Tensor | int, alpha: float, style: str) -> Tensor | float:
@@ -80,11 +114,14 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) ->
 
 
 @torch.inference_mode()
-def greedy_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-    """Beam 1 without beam bookkeeping: argmax at each step; finished rows leave the batch.
-    Of `cfg`, only the length limits apply."""
+def greedy_search(
+    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, sampling: Sampling | None = None
+) -> list[list[Hypothesis]]:
+    """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
+    `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply."""
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
+    generator = _generator(src, sampling.seed) if sampling is not None else None
     states = ensemble.start(src, 1)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
@@ -93,7 +130,11 @@ def greedy_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig) -> list[li
     for t in range(int(limit.max())):
         log_probs, states = ensemble.step(tokens, states)  # (A, V)
         _constrain_length(log_probs, t, limit[active], cfg.min_len)
-        best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
+        if sampling is None:
+            best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
+        else:
+            tokens = _draw(log_probs, sampling, generator)
+            best = log_probs.gather(1, tokens)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
         running = tokens[:, 0] != EOS_ID
@@ -104,6 +145,27 @@ def greedy_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig) -> list[li
             active, tokens = active[keep], tokens[keep]
             states = [state.reorder(keep, keep) for state in states]
     return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
+
+
+def _generator(src: Tensor, seed: int) -> torch.Generator:
+    """A generator seeded by `seed` and the batch's ids: batching decides what is drawn, not the
+    process or the order in which batches come."""
+    content = zlib.crc32(src.cpu().numpy().tobytes())
+    return torch.Generator(device=src.device).manual_seed((seed * 2**32 + content) % 2**63)
+
+
+def _draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator | None) -> Tensor:
+    """One piece per row, (A, 1), drawn from the tempered and truncated distribution."""
+    logits = log_probs.float() / sampling.temperature
+    if sampling.method == "topk" and 0 < sampling.topk < logits.shape[-1]:
+        logits, pieces = logits.topk(sampling.topk, dim=-1)
+    else:
+        logits, pieces = logits.sort(dim=-1, descending=True)
+    probs = logits.softmax(dim=-1)
+    if sampling.method == "topp":
+        # Keep a piece while the mass of the likelier ones is still below p (the first always).
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= sampling.topp, 0.0)
+    return pieces.gather(1, torch.multinomial(probs, 1, generator=generator))
 
 
 def _strip(row: list[int]) -> list[int]:
@@ -186,11 +248,11 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
 
 
 def translate_batch(
-    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1
+    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1, sampling: Sampling | None = None
 ) -> list[list[Hypothesis]]:
-    """Greedy search for beam 1 (the fast path), beam search otherwise."""
-    if cfg.beam == 1 and nbest == 1:
-        return greedy_search(ensemble, src, cfg)
+    """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise."""
+    if sampling is not None or (cfg.beam == 1 and nbest == 1):
+        return greedy_search(ensemble, src, cfg, sampling)
     return beam_search(ensemble, src, cfg, nbest)
 
 
@@ -201,6 +263,7 @@ def translate_sentences(
     batch_tokens: int,
     device: torch.device,
     nbest: int = 1,
+    sampling: Sampling | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order."""
     if not sentences:
@@ -208,10 +271,11 @@ def translate_sentences(
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     # Beam search holds beam x rows, so the source budget shrinks with the beam.
-    budget = max(batch_tokens // max(cfg.beam, 1), int(lengths.max()) + 1)
+    rows_per_source = 1 if sampling is not None else max(cfg.beam, 1)
+    budget = max(batch_tokens // rows_per_source, int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(ensemble, src, cfg, nbest)
+        hyps = translate_batch(ensemble, src, cfg, nbest, sampling)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

@@ -4,6 +4,7 @@
     t = Translator.load("avg.pt", device="cpu", precision="bf16")
     t.translate(["A man rides a bike.", "Two dogs play."], beam=4)   # one string per line
     t.translate_nbest(["A man rides a bike."], nbest=3)             # (text, score) lists
+    t.translate(["A man rides a bike."], sampling=Sampling("topk", topk=10, seed=7))  # a random draw
 
 Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
 in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing, no global
@@ -32,7 +33,7 @@ from nmt_cli.data import spm
 from nmt_cli.device import check_precision, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
-from nmt_cli.search import Ensemble, translate_sentences
+from nmt_cli.search import Ensemble, Sampling, translate_sentences
 from nmt_cli.workers import WorkerPool, can_fork, usable_cores
 
 CPU_PRECISION = "bf16"
@@ -96,12 +97,13 @@ class Translator:
         beam: int | None = None,
         lenpen: float | None = None,
         batch_tokens: int = 4096,
+        sampling: Sampling | None = None,
     ) -> list[str]:
-        """The best translation of each line, in input order; "" for an empty line."""
-        return [
-            hyps[0][0]
-            for hyps in self.translate_nbest(lines, 1, beam=beam, lenpen=lenpen, batch_tokens=batch_tokens)
-        ]
+        """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
+        results = self.translate_nbest(
+            lines, 1, beam=beam, lenpen=lenpen, batch_tokens=batch_tokens, sampling=sampling
+        )
+        return [hyps[0][0] for hyps in results]
 
     def translate_nbest(
         self,
@@ -111,12 +113,17 @@ class Translator:
         beam: int | None = None,
         lenpen: float | None = None,
         batch_tokens: int = 4096,
+        sampling: Sampling | None = None,
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
-        empty hypothesis. `beam` (default: the recipe's, raised to `nbest` if smaller) and `lenpen`
-        apply to this call only."""
+        empty hypothesis. `beam` (default: the recipe's, raised to `nbest` if smaller), `lenpen` and
+        `sampling` (one drawn hypothesis per line instead of a search) apply to this call only."""
         if nbest < 1 or batch_tokens < 1:
             raise InputError("nbest and batch_tokens must be at least 1")
+        if sampling is not None:
+            sampling.validate()
+            if nbest > 1:
+                raise InputError("sampling draws one translation per line: nbest must be 1")
         settings = DecodeOverrides(beam=beam, lenpen=lenpen).apply(self.decode, "translate options")
         if beam is None and settings.beam < nbest:
             settings = DecodeOverrides(beam=nbest).apply(settings, "translate options")
@@ -124,8 +131,8 @@ class Translator:
             raise InputError(f"nbest {nbest} is larger than the beam ({settings.beam}); raise the beam")
         if self._pool is None:
             with self._lock:
-                return self._translate(list(lines), settings, batch_tokens, nbest)
-        results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest))
+                return self._translate(list(lines), settings, batch_tokens, nbest, sampling)
+        results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest, sampling))
         with self._lock:
             self.truncated += truncated
         return results
@@ -153,14 +160,19 @@ class Translator:
             self._pool = None
 
     def _translate_part(
-        self, lines: list[str], call: tuple[DecodeConfig, int, int]
+        self, lines: list[str], call: tuple[DecodeConfig, int, int, Sampling | None]
     ) -> tuple[list[Hypotheses], int]:
         """A worker's share of a call: its lines' results and how many it truncated."""
         before = self.truncated
         return self._translate(lines, *call), self.truncated - before
 
     def _translate(
-        self, lines: list[str], settings: DecodeConfig, batch_tokens: int, nbest: int
+        self,
+        lines: list[str],
+        settings: DecodeConfig,
+        batch_tokens: int,
+        nbest: int,
+        sampling: Sampling | None = None,
     ) -> list[Hypotheses]:
         ids = []
         for line in lines:
@@ -174,7 +186,7 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if len(x)]
         results: list[Hypotheses] = [[("", 0.0)] for _ in lines]
         hyps = translate_sentences(
-            self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest
+            self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest, sampling
         )
         for i, sentence in zip(todo, hyps, strict=True):
             results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]

@@ -4,26 +4,26 @@ Checks every input and the output directory before writing anything, learns the
 vocabulary on a sample, encodes in `workers` processes chunk by chunk (memory does not
 grow with the corpus), filters train pairs the way Moses' clean-corpus-n.perl does, and
 publishes the result atomically with meta.json last. A re-run with the same inputs and
-options reuses the finished corpus. Imports numpy, `data`, `report` and `errors`.
+options reuses the finished corpus. Several training corpora go one after the other into the
+train split, each optionally tagged; --spm-from encodes with an existing vocabulary instead of
+learning one. Imports numpy, sentencepiece, `data`, `report` and `errors` (and `checkpoint`
+for --spm-from CKPT).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from nmt_cli import __version__
+from nmt_cli import __version__, vocabulary
 from nmt_cli.data import corpus, spm, text
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.report import Reporter
+from nmt_cli.vocabulary import CHUNK, SEED, UTF8_HINT
 
-SEED = 1  # fixed: the vocabulary sample, hence the whole corpus, is reproducible
-UTF8_HINT = "; fix the encoding or pass --errors replace to carry on"
-CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, small in memory
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
 
 
@@ -31,13 +31,22 @@ REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in orde
 class PrepareConfig:
     """What `nmt prepare` is asked for; the defaults are the command line's."""
 
-    train: str
-    """Prefix of the training files: PREFIX.SRC and PREFIX.TGT."""
+    train: tuple[str, ...]
+    """Prefixes of the training corpora (PREFIX.SRC and PREFIX.TGT each), binarized one after the
+    other into one train split; meta.json records where each begins."""
     valid: str
     src: str
     tgt: str
     out: Path
     test: str | None = None
+    train_tags: tuple[str, ...] = ()
+    """Empty, or one per training corpus: a tag written before each of its source sentences ("" for
+    none), e.g. <BT> for back-translated text (Caswell et al., 2019)."""
+    reserve: tuple[str, ...] = ()
+    """Pieces a newly learned vocabulary keeps whole for tags of later corpora."""
+    spm_from: Path | None = None
+    """A checkpoint or prepared corpus whose sentencepiece model(s) encode this corpus: nothing is
+    learned, and the vocabulary options do not apply."""
     vocab_size: int = 32000
     joint: bool = True
     character_coverage: float = 1.0
@@ -66,12 +75,24 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
         errors=cfg.errors,
         seed=SEED,
     )
-    _check_options(src, tgt, options, workers)
-    prefixes = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
-    inputs = {split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for split, p in prefixes.items() if p}
+    # Only when given, so that corpora prepared before these options existed are still reused.
+    options.update({k: list(v) for k, v in (("train_tags", cfg.train_tags), ("reserve", cfg.reserve)) if v})
+    _check_options(cfg, options)
+    models = vocabulary.existing_models(Path(cfg.spm_from), src, tgt) if cfg.spm_from is not None else None
+    if models is not None:  # the vocabulary is given: its checksums replace the options that learn one
+        sizes = [spm.load_processor(m).get_piece_size() for m in models]
+        options.update(vocab_size=max(sizes), joint=models[0] == models[1], spm_from=str(cfg.spm_from))
+        options["spm_sha256"] = [spm.sha256(m) for m in models]
+    corpora = [(Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for p in cfg.train]
+    inputs = {
+        split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}"))
+        for split, p in (("valid", cfg.valid), ("test", cfg.test))
+        if p
+    }
     lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
+    corpus_lines = [_count_pairs("train", *paths) for paths in corpora]
     created = corpus.check_out_dir(out)
-    fingerprint = corpus.fingerprint(inputs, options)
+    fingerprint = corpus.fingerprint({"train": sum(corpora, ()), **inputs}, options)
     meta = corpus.find_reusable(out, fingerprint)
     if meta is not None:
         reporter.info(f"reusing {out}: inputs and options unchanged since it was prepared")
@@ -80,7 +101,16 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     started = time.monotonic()
     staging = _start(out, created)
     try:
-        meta = _prepare(staging, inputs, lines, src, tgt, options, workers, reporter)
+        meta = _prepare(
+            staging,
+            Sources(corpora, corpus_lines, inputs, lines),
+            models,
+            src,
+            tgt,
+            options,
+            workers,
+            reporter,
+        )
         meta.fingerprint = fingerprint
         corpus.publish(staging, out, meta)
     except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
@@ -97,6 +127,16 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     _summary(reporter, meta)
 
 
+@dataclass(frozen=True)
+class Sources:
+    """The input files and their line counts: the training corpora, then valid and test."""
+
+    corpora: list[tuple[Path, Path]]
+    corpus_lines: list[int]
+    inputs: dict[str, tuple[Path, Path]]
+    lines: dict[str, int]
+
+
 def _start(out: Path, created: Path | None) -> Path:
     """Create `out` if needed and a staging directory inside it."""
     try:
@@ -107,18 +147,30 @@ def _start(out: Path, created: Path | None) -> Path:
         raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
-def _check_options(src: str, tgt: str, options: dict, workers: int) -> None:
+def _check_options(cfg: PrepareConfig, options: dict) -> None:
+    src, tgt = cfg.src, cfg.tgt
+    tags = [t for t in (*cfg.train_tags, *cfg.reserve) if t]
     checks = [
         (
             src != tgt and "/" not in src + tgt and "." not in src + tgt,
             f"--src {src!r} and --tgt {tgt!r} must be two different plain language codes",
+        ),
+        (len(cfg.train) >= 1, "--train: give at least one training corpus"),
+        (
+            len(cfg.train_tags) in (0, len(cfg.train)),
+            f"--train-tag: given {len(cfg.train_tags)} times for {len(cfg.train)} --train corpora; give "
+            'one per --train, in the same order ("" for an untagged corpus)',
+        ),
+        (
+            all(t.strip() == t and " " not in t for t in tags),
+            "--train-tag / --reserve: a tag is one word without spaces, e.g. <BT>",
         ),
         (options["vocab_size"] >= 8, f"--vocab-size {options['vocab_size']}: must be at least 8"),
         (0.0 < options["character_coverage"] <= 1.0, "--character-coverage: must be in (0, 1]"),
         (options["spm_sample"] >= 1, "--spm-sample: must be at least 1"),
         (options["max_len"] >= 1, "--max-len: must be at least 1"),
         (options["max_ratio"] >= 1.0, "--max-ratio: must be at least 1.0"),
-        (workers >= 1, "--workers: must be at least 1"),
+        (cfg.workers >= 1, "--workers: must be at least 1"),
         (options["errors"] in text.ERRORS, f"--errors {options['errors']!r}: use 'strict' or 'replace'"),
         (
             options["normalization"] in spm.NORMALIZATIONS,
@@ -144,30 +196,55 @@ def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:
 
 def _prepare(
     staging: Path,
-    inputs: dict[str, tuple[Path, Path]],
-    lines: dict[str, int],
+    sources: Sources,
+    models: tuple[bytes, bytes] | None,
     src: str,
     tgt: str,
     options: dict,
     workers: int,
     reporter: Reporter,
 ) -> corpus.CorpusMeta:
-    """Learn the vocabulary, then encode every split into `staging`; returns meta.json's content."""
-    models = _learn_vocabulary(inputs["train"], lines["train"], options, reporter)
-    if options["joint"]:
+    """Learn the vocabulary (unless given), then encode every split into `staging`; returns
+    meta.json's content."""
+    tags = options.get("train_tags") or [""] * len(sources.corpora)
+    if models is None:
+        reserved = list(dict.fromkeys(t for t in (*options.get("reserve", []), *tags) if t))
+        models = vocabulary.learn(sources.corpora, sources.corpus_lines, options, reserved, reporter)
+    if models[0] == models[1]:
         names = {"src": "spm.model", "tgt": "spm.model"}
     else:
         names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
     for side, model in zip(("src", "tgt"), models, strict=True):
         (staging / names[side]).write_bytes(model)
+    vocabulary.check_tags(spm.load_processor(models[0]), tags, options.get("spm_from"))
     sizes = [spm.load_processor(m).get_piece_size() for m in models]
     dtype = corpus.token_dtype(max(sizes))
-    splits, flagged = {}, {}
+    parts = {
+        "train": [
+            (paths, n, tag) for paths, n, tag in zip(sources.corpora, sources.corpus_lines, tags, strict=True)
+        ],
+        **{split: [(paths, sources.lines[split], "")] for split, paths in sources.inputs.items()},
+    }
+    splits, flagged, corpora = {}, {}, []
     with spm.ParallelEncoder(models, workers) as encoder:
-        for split, paths in inputs.items():
-            splits[split], flagged[split] = _encode_split(
-                encoder, staging, split, paths, (src, tgt), lines[split], dtype, options, reporter
-            )
+        for split, split_parts in parts.items():
+            writers = [corpus.SideWriter(staging, split, lang, dtype) for lang in (src, tgt)]
+            flagged[split] = dict.fromkeys(REASONS, 0)
+            for paths, n_pairs, tag in split_parts:
+                before = writers[0].sentences
+                part_flagged = _encode_part(encoder, writers, split, paths, n_pairs, options, tag, reporter)
+                for reason, count in part_flagged.items():
+                    flagged[split][reason] += count
+                if split == "train":
+                    pairs = writers[0].sentences - before
+                    corpora.append({"src": str(paths[0]), "tgt": str(paths[1]), "pairs": pairs, "tag": tag})
+            for writer in writers:
+                writer.close()
+            splits[split] = {
+                "pairs": writers[0].sentences,
+                "src_tokens": writers[0].total,
+                "tgt_tokens": writers[1].total,
+            }
     if splits["train"]["pairs"] == 0:
         reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in flagged["train"].items())
         raise InputError(
@@ -178,10 +255,11 @@ def _prepare(
         if kept:
             what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in kept.items())
             reporter.warn(f"{split}: kept all pairs, among them {what} (only train is filtered)")
+    all_inputs = {"train": sources.corpora[0], **sources.inputs}
     return corpus.CorpusMeta(
         src=src,
         tgt=tgt,
-        joint=options["joint"],
+        joint=models[0] == models[1],
         dtype=dtype,
         vocab_size={"src": sizes[0], "tgt": sizes[1]},
         spm=names,
@@ -191,78 +269,21 @@ def _prepare(
         dropped=flagged["train"],
         flagged={s: f for s, f in flagged.items() if s != "train"},
         options=options,
-        inputs={split: {"src": str(p[0]), "tgt": str(p[1])} for split, p in inputs.items()},
+        inputs={split: {"src": str(p[0]), "tgt": str(p[1])} for split, p in all_inputs.items()},
         files={p.name: p.stat().st_size for p in staging.iterdir()},
         nmt_version=__version__,
+        corpora=corpora,
     )
-
-
-def _learn_vocabulary(
-    paths: tuple[Path, Path], n_pairs: int, options: dict, reporter: Reporter
-) -> tuple[bytes, bytes]:
-    """The (src, tgt) sentencepiece models: one joint model, or one per language."""
-    common = dict(
-        vocab_size=options["vocab_size"],
-        character_coverage=options["character_coverage"],
-        byte_fallback=options["byte_fallback"],
-        normalization=options["normalization"],
-        # sentencepiece records num_threads in the model: one thread keeps the model bytes (and
-        # spm_sha256) the same whatever --workers is, at little cost (BPE merges run on one
-        # thread anyway: 4.0 s vs 3.7 s with two on 1M sentences).
-        threads=1,
-    )
-    if options["joint"]:
-        # The sample counts sentences: a joint model sees both sides of half as many pairs.
-        keep = max(1, options["spm_sample"] // 2)
-        reporter.info(
-            f"learning a joint BPE vocabulary of {options['vocab_size']} on {min(keep, n_pairs):,} pairs"
-        )
-        sample = _sample(paths, n_pairs, keep, options["errors"], reporter)
-        model = spm.train_spm(sample, what=f"{paths[0]} + {paths[1]}", **common)
-        return model, model
-    models = []
-    for side, path in enumerate(paths):
-        reporter.info(f"learning a BPE vocabulary of {options['vocab_size']} for {path}")
-        sample = _sample(paths, n_pairs, options["spm_sample"], options["errors"], reporter, only=side)
-        models.append(spm.train_spm(sample, what=str(path), **common))
-    return models[0], models[1]
-
-
-def _sample(
-    paths: tuple[Path, Path],
-    n_pairs: int,
-    keep: int,
-    errors: str,
-    reporter: Reporter,
-    only: int | None = None,
-) -> Iterator[str]:
-    """Stream about `keep` pairs drawn uniformly at random (never more), skipping blank lines.
-    Only the drawn lines are decoded here; the encoding pass checks all of them."""
-    rng = np.random.default_rng(SEED)
-    p = min(1.0, keep / n_pairs)
-    sides = (0, 1) if only is None else (only,)
-    taken, first = 0, 1
-    bar = reporter.bar("reading the vocabulary sample", total=n_pairs, unit="pairs")
-    for raws in text.raw_chunks(paths, CHUNK):
-        draws = np.flatnonzero(rng.random(len(raws[0])) < p)[: keep - taken]
-        for i in draws.tolist():
-            for side in sides:
-                line = text.decode_line(raws[side][i], str(paths[side]), first + i, errors, UTF8_HINT)
-                if line.strip():
-                    yield line
-        taken += len(draws)
-        first += len(raws[0])
-        bar.update(len(raws[0]))
-    bar.close()
 
 
 def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Decode, encode, flag and (for train, where `drop` is set) filter one chunk of pairs.
 
     Runs in a worker process. Returns the flat ids and lengths of the pairs kept on each
-    side, and how many pairs of the chunk fall under each of REASONS.
+    side, and how many pairs of the chunk fall under each of REASONS. A tag is encoded with its
+    sentence as text ("<BT> A dog."), exactly as `nmt translate` would see it typed.
     """
-    names, first, raws, errors, (max_len, max_ratio), drop = task
+    names, first, raws, errors, (max_len, max_ratio), drop, tag = task
     encoded, blank = [], np.zeros(len(raws[0]), bool)
     for side, key in enumerate(("src", "tgt")):
         lines = [
@@ -270,6 +291,8 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             for i, raw in enumerate(raws[side])
         ]
         blank |= np.fromiter((not line.strip() for line in lines), bool, count=len(lines))
+        if tag and side == 0:
+            lines = [f"{tag} {line}" for line in lines]
         encoded.append(spm.encode_lines(spm.worker_processor(key), lines))
     (src_ids, src_len), (tgt_ids, tgt_len) = encoded
     reason = np.zeros(len(src_len), np.int64)
@@ -285,25 +308,25 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return src_ids, src_len, tgt_ids, tgt_len, np.bincount(reason, minlength=len(REASONS) + 1)[1:]
 
 
-def _encode_split(
+def _encode_part(
     encoder: spm.ParallelEncoder,
-    staging: Path,
+    writers: list[corpus.SideWriter],
     split: str,
     paths: tuple[Path, Path],
-    langs: tuple[str, str],
     n_pairs: int,
-    dtype: str,
     options: dict,
+    tag: str,
     reporter: Reporter,
-) -> tuple[dict, dict]:
-    """Encode one split into `staging`. Only train is filtered: dropping valid or test lines
-    would misalign them with the references they are scored against. Returns the split's
-    counts and its pairs by REASONS (dropped for train, kept but flagged otherwise)."""
+) -> dict[str, int]:
+    """Encode one corpus of a split through `writers`. Only train is filtered: dropping valid or
+    test lines would misalign them with the references they are scored against. Returns its
+    pairs by REASONS (dropped for train, kept but flagged otherwise)."""
     names = (str(paths[0]), str(paths[1]))
     limits, drop = (options["max_len"], options["max_ratio"]), split == "train"
     chunks = text.raw_chunks(paths, CHUNK)
-    tasks = ((names, 1 + k * CHUNK, raws, options["errors"], limits, drop) for k, raws in enumerate(chunks))
-    writers = [corpus.SideWriter(staging, split, lang, dtype) for lang in langs]
+    tasks = (
+        (names, 1 + k * CHUNK, raws, options["errors"], limits, drop, tag) for k, raws in enumerate(chunks)
+    )
     flagged, seen = np.zeros(len(REASONS), np.int64), 0
     bar = reporter.bar(f"encoding {split}", total=n_pairs, unit="pairs")
     for src_ids, src_len, tgt_ids, tgt_len, chunk_flagged in encoder.map(_encode_chunk, tasks):
@@ -314,14 +337,11 @@ def _encode_split(
         seen += done
         bar.update(done)
     bar.close()
-    for writer in writers:
-        writer.close()
     if seen != n_pairs:
         raise RunFailure(
             f"{paths[0]}: read {seen} lines, counted {n_pairs} before; was it changed? Run again"
         )
-    stats = {"pairs": writers[0].sentences, "src_tokens": writers[0].total, "tgt_tokens": writers[1].total}
-    return stats, {reason: int(count) for reason, count in zip(REASONS, flagged, strict=True)}
+    return {reason: int(count) for reason, count in zip(REASONS, flagged, strict=True)}
 
 
 def _summary(reporter: Reporter, meta: corpus.CorpusMeta) -> None:
@@ -338,3 +358,7 @@ def _summary(reporter: Reporter, meta: corpus.CorpusMeta) -> None:
     )
     reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in meta.dropped.items())
     reporter.info(f"dropped from train: {reasons}")
+    if len(meta.corpora) > 1:
+        for i, part in enumerate(meta.corpora, 1):
+            tag = f", tagged {part['tag']}" if part["tag"] else ""
+            reporter.info(f"train corpus {i}: {part['src']}: {part['pairs']:,} pairs{tag}")

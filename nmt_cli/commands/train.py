@@ -1,13 +1,16 @@
 """`nmt train`: resolve the config, load the corpus, build or restore the model, and train.
 
 Running it again on an existing run directory resumes from `checkpoints/checkpoint_last.pt`.
-Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK (docs/distributed.md).
+A new run may start from another run's checkpoint (`Start`: fine-tuning), whose model and
+vocabulary it keeps. Launched by torchrun, each process runs this with its own RANK/LOCAL_RANK
+(docs/distributed.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +28,16 @@ from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
 
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
+REGULARISATION = ("dropout", "attention_dropout", "activation_dropout")  # fine-tuning may change these
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a new run starts instead of random weights: a checkpoint's weights and model."""
+
+    checkpoint: Path
+    keep_optimizer: bool = False
+    """Also Adam's moments (of a training checkpoint); the learning-rate schedule starts again either way."""
 
 
 def run(
@@ -35,10 +48,12 @@ def run(
     runtime: RuntimeConfig,
     compile_model: bool,
     quiet: bool,
+    start: Start | None = None,
 ) -> None:
-    """Train (or resume) a run. Under torchrun this is one of several processes: each joins the
-    process group and trains on its share of every update; rank 0 alone speaks and writes.
-    `runtime.precision`, when given, overrides the recipe's train.precision."""
+    """Train (or resume) a run; a new run starts from `start` when given. Under torchrun this is
+    one of several processes: each joins the process group and trains on its share of every
+    update; rank 0 alone speaks and writes. `runtime.precision`, when given, overrides the
+    recipe's train.precision."""
     world = distributed.from_env()
     reporter = Reporter(quiet or not world.is_main)
     configure_cpu(runtime.threads)
@@ -46,7 +61,7 @@ def run(
     distributed.init(world, dev)
     try:
         session, resume = open_session(
-            data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model
+            data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model, start
         )
         reason = train(session, resume)
     finally:
@@ -64,15 +79,23 @@ def open_session(
     world: World,
     reporter: Reporter,
     compile_model: bool,
+    start: Start | None = None,
 ) -> tuple[Session, checkpoint.Checkpoint | None]:
-    """Resolve the config, load the corpus, and build the model or restore it from the run's last
-    checkpoint (every process reads the same files: --data and --out must be shared by all nodes)."""
+    """Resolve the config, load the corpus, and build the model, restore it from the run's last
+    checkpoint, or start it from `start` (every process reads the same files: --data and --out
+    must be shared by all nodes)."""
     meta = corpus.load_meta(data)
     last = out / "checkpoints" / "checkpoint_last.pt"
     resume = checkpoint.load(last) if last.exists() else None
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    cfg = resolve_config(recipe, overrides, resume, last, meta)
+    init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
+    if start is not None and resume is not None:
+        reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
+    if init is not None and start is not None:
+        cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True)
+    else:
+        cfg = resolve_config(recipe, overrides, meta, resume, last)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
     if cfg.train.update_tokens > 0:  # the same tokens per update whatever the number of processes
@@ -81,11 +104,28 @@ def open_session(
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)
+    # Equal vocabulary sizes are not enough: another model's ids mean other pieces.
     if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != (src_model, tgt_model):
-        # Equal vocabulary sizes are not enough: another model's ids mean other pieces.
         raise InputError(
             f"cannot resume {last}: --data {data} was prepared with another sentencepiece model, so "
             "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
+        )
+    if (
+        init is not None
+        and start is not None
+        and (init.spm["src"], init.spm["tgt"]) != (src_model, tgt_model)
+    ):
+        raise InputError(
+            f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
+            f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
+        )
+    optimizer_state = _optimizer_to_keep(init, start)
+    corpus_sizes = meta.corpus_sizes()
+    weights = cfg.train.corpus_weights
+    if weights and len(weights) != len(corpus_sizes):
+        raise InputError(
+            f"train.corpus_weights has {len(weights)} weights but --data {data} has {len(corpus_sizes)} "
+            "training corpora; give one weight per `nmt prepare --train`, in that order"
         )
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
@@ -102,14 +142,15 @@ def open_session(
         _write_atomic(out / "config.toml", dump_toml(cfg))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
-    if resume is not None:
-        model.load_state_dict(resume.model)
+    if resume is not None or init is not None:
+        model.load_state_dict(resume.model if resume is not None else init.model)  # type: ignore[union-attr]
     model.to(dev)
     if compile_model:
         model.compile()  # in place: parameter names (and so checkpoints) stay those of the model
     processes = f" x {world.size} processes" if world.distributed else ""
+    begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
     reporter.info(
-        f"{'resuming' if resume else 'training'} {out} at update {update}: "
+        f"{begun} {out} at update {update}: "
         f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
         f"{dev.type}{processes} {cfg.train.precision}, {torch.get_num_threads()} threads, up to "
         f"{cfg.train.max_tokens * cfg.train.update_freq * world.size:,} tokens per update"
@@ -125,6 +166,8 @@ def open_session(
         reporter=reporter,
         tgt_processor=spm.load_processor(tgt_model),
         world=world,
+        corpus_sizes=corpus_sizes,
+        initial_optimizer=optimizer_state,
     )
     return session, resume
 
@@ -132,30 +175,51 @@ def open_session(
 def resolve_config(
     recipe: Path | None,
     overrides: list[str],
-    resume: checkpoint.Checkpoint | None,
-    last: Path,
     meta: corpus.CorpusMeta,
+    base: checkpoint.Checkpoint | None = None,
+    base_path: Path | None = None,
+    fine_tune: bool = False,
 ) -> RunConfig:
-    """The run's config: the recipe (or, when resuming without one, the run's own config) plus
-    --set overrides, with the vocabulary taken from the data. A resumed run may change training
-    and decoding settings (say, max_updates) but not the model."""
-    if resume is not None and recipe is None:
-        cfg = with_overrides(resume.config, overrides, f"run config in {last}")
+    """The run's config: the recipe (or, without one, the config of `base`: the run's last
+    checkpoint, or the --init-from one when `fine_tune`) plus --set overrides, with the vocabulary
+    taken from the data. Either run may change training and decoding settings (say, max_updates)
+    but not `base`'s model; a fine-tuned one may change its dropout."""
+    if base is not None and recipe is None:
+        cfg = with_overrides(base.config, overrides, f"run config in {base_path}")
     else:
         cfg = load_recipe(recipe, overrides)
     cfg.model.src_vocab_size = int(meta.vocab_size["src"])
     cfg.model.tgt_vocab_size = int(meta.vocab_size["tgt"])
     cfg.model.joint_vocab = bool(meta.joint)
-    if resume is not None:
-        stored = resume.config["model"]
-        for key, value in to_dict(cfg)["model"].items():
-            if stored.get(key) != value:
-                what = "the data" if key in DATA_FIELDS else "the recipe"
-                raise InputError(
-                    f"cannot resume {last}: model.{key} is {stored.get(key)!r} there but "
-                    f"{value!r} from {what}; use a new --out to train a different model"
-                )
+    if base is None:
+        return cfg
+    stored = base.config["model"]
+    for key, value in to_dict(cfg)["model"].items():
+        if stored.get(key) == value or (fine_tune and key in REGULARISATION):
+            continue
+        what = "the data" if key in DATA_FIELDS else "the recipe"
+        if fine_tune:
+            raise InputError(
+                f"--init-from {base_path}: model.{key} is {stored.get(key)!r} there but {value!r} from "
+                f"{what}; a run started from a checkpoint keeps its model: drop or fix model.{key}"
+            )
+        raise InputError(
+            f"cannot resume {base_path}: model.{key} is {stored.get(key)!r} there but "
+            f"{value!r} from {what}; use a new --out to train a different model"
+        )
     return cfg
+
+
+def _optimizer_to_keep(init: checkpoint.Checkpoint | None, start: Start | None) -> dict | None:
+    """Adam's state from the --init-from checkpoint with --keep-optimizer; None otherwise."""
+    if init is None or start is None or not start.keep_optimizer:
+        return None
+    if init.train_state is None:
+        raise InputError(
+            f"--init-from {start.checkpoint}: holds no optimizer state (an average or best checkpoint); "
+            "give a numbered checkpoint of the run, or use --reset-optimizer"
+        )
+    return init.train_state.optimizer
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -9,6 +9,7 @@ Each buffer's output is written and flushed before the next buffer is read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import sys
@@ -23,7 +24,11 @@ from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory
 from nmt_cli.report import Reporter
-from nmt_cli.translator import Translator, decoding_workers, default_precision, load_translator
+from nmt_cli.search import Sampling
+from nmt_cli.translator import Hypotheses, decoding_workers, default_precision, load_translator
+
+Translate = Callable[[list[str]], list[Hypotheses]]
+"""A configured `Translator.translate_nbest`: lines in, their hypotheses out."""
 
 
 def run(
@@ -36,7 +41,9 @@ def run(
     batch_tokens: int,
     buffer_size: int,
     quiet: bool,
+    sampling: Sampling | None = None,
 ) -> None:
+    """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`."""
     reporter = Reporter(quiet)
     dev = resolve_device(runtime.device)
     workers = decoding_workers(runtime, dev)
@@ -45,19 +52,26 @@ def run(
     precision = runtime.precision or default_precision(dev)
     if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
+    if sampling is not None:
+        sampling.validate()
+        if nbest > 1:
+            raise InputError("--sampling draws one translation per line: --nbest must be 1")
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     translator = load_translator(models, dev, precision, decode)
-    if nbest > translator.decode.beam:
+    if sampling is None and nbest > translator.decode.beam:
         raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
+    translate = functools.partial(
+        translator.translate_nbest, nbest=nbest, batch_tokens=batch_tokens, sampling=sampling
+    )
     try:
         if output_path is None:
-            _translate_stream(translator, source, name, sys.stdout, batch_tokens, buffer_size, nbest)
+            _translate_stream(translate, source, name, sys.stdout, buffer_size, nbest)
         else:
-            _translate_to_file(translator, source, name, output_path, batch_tokens, buffer_size, nbest)
+            _translate_to_file(translate, source, name, output_path, buffer_size, nbest)
     finally:
         translator.close()
         if input_path is not None:
@@ -70,11 +84,10 @@ def run(
 
 
 def _translate_to_file(
-    translator: Translator,
+    translate: Translate,
     source: BinaryIO,
     name: str,
     output_path: Path,
-    batch_tokens: int,
     buffer_size: int,
     nbest: int,
 ) -> None:
@@ -98,7 +111,7 @@ def _translate_to_file(
         done, size = lines, os.fstat(out.fileno()).st_size
 
     try:
-        _translate_stream(translator, source, name, out, batch_tokens, buffer_size, nbest, flushed)
+        _translate_stream(translate, source, name, out, buffer_size, nbest, flushed)
         out.flush()
         os.fsync(out.fileno())  # the renamed file must hold its lines after a power loss too
         out.close()
@@ -136,11 +149,10 @@ def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) ->
 
 
 def _translate_stream(
-    translator: Translator,
+    translate: Translate,
     source: BinaryIO,
     name: str,
     out: TextIO,
-    batch_tokens: int,
     buffer_size: int,
     nbest: int,
     flushed: Callable[[int], None] | None = None,
@@ -151,7 +163,7 @@ def _translate_stream(
     number = 0
     for lines in _buffers(source, name, buffer_size):
         chunk = []
-        for hyps in translator.translate_nbest(lines, nbest, batch_tokens=batch_tokens):
+        for hyps in translate(lines):
             if nbest == 1:
                 chunk.append(hyps[0][0] + "\n")
             else:

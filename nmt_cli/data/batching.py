@@ -24,11 +24,13 @@ def make_batches(
     seed: int,
     epoch: int,
     shuffle: bool = True,
+    pairs: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Split pair indices into batches whose padded size (rows x longest side, EOS/BOS included)
     stays within max_tokens. Pairs that alone exceed max_tokens are left out.
 
     With shuffle=False (validation) pairs are sorted by length and batches keep that order.
+    `pairs` (say, from `weighted_epoch`) batches those indices, repeats included, instead of all.
     """
     # +1: the EOS appended to the source, and BOS/EOS on the two target views. Widths and
     # indices are kept narrow (uint16 when the lengths are, int32): at 36M pairs each byte a
@@ -37,10 +39,13 @@ def make_batches(
     width = np.maximum(src_lengths, tgt_lengths)
     width += 1
     fitting = width <= max_tokens
-    everything = bool(fitting.all())
-    fits = np.arange(len(width), dtype=np.int32 if len(width) < 2**31 else np.int64)
-    if not everything:
-        fits = fits[fitting]
+    if pairs is not None:
+        fits, everything = pairs[fitting[pairs]], False
+    else:
+        everything = bool(fitting.all())
+        fits = np.arange(len(width), dtype=np.int32 if len(width) < 2**31 else np.int64)
+        if not everything:
+            fits = fits[fitting]
     del fitting
     rng = np.random.default_rng([seed, epoch])
     if shuffle:
@@ -58,6 +63,25 @@ def make_batches(
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def weighted_epoch(sizes: list[int], weights: list[float], seed: int, epoch: int) -> np.ndarray:
+    """The pair indices of one epoch over consecutive corpora (corpus i holds the sizes[i] pairs
+    after the first i), in the ratio of `weights`. The epoch keeps the corpora's total size; each
+    corpus gives its share as whole passes plus a part drawn without repeats, different every
+    epoch, so the ratio holds to a pair."""
+    total = sum(sizes)
+    shares = [int(total * w / sum(weights)) for w in weights]
+    rng = np.random.default_rng([seed, epoch, len(sizes)])  # not make_batches' stream
+    dtype = np.int32 if total < 2**31 else np.int64
+    parts, start = [], 0
+    for size, share in zip(sizes, shares, strict=True):
+        if share and size:
+            whole, rest = divmod(share, size)
+            parts.append(np.tile(np.arange(start, start + size, dtype=dtype), whole))
+            parts.append((start + rng.choice(size, rest, replace=False)).astype(dtype))
+        start += size
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def _split_sorted(indices: np.ndarray, widths: np.ndarray, max_tokens: int) -> list[np.ndarray]:

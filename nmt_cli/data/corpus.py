@@ -62,6 +62,13 @@ class CorpusMeta:
     nmt_version: str
     fingerprint: str = ""
     format: int = field(default=FORMAT)
+    corpora: list[dict[str, Any]] = field(default_factory=list)
+    """The training corpora in the order they were binarized: src, tgt, pairs (kept), tag. Empty in
+    corpora prepared before several were possible: then the train split is one corpus."""
+
+    def corpus_sizes(self) -> list[int]:
+        """Pairs of each training corpus; corpus i is the range after the first i."""
+        return [int(c["pairs"]) for c in self.corpora] or [self.splits["train"]["pairs"]]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

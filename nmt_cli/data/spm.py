@@ -43,12 +43,13 @@ def train_spm(
     normalization: str,
     threads: int,
     what: str,
+    user_symbols: Iterable[str] = (),
 ) -> bytes:
     """Learn a BPE model from `sentences` (already sampled) and return its serialized bytes.
 
-    `what` names the corpus in error messages. An NmtError raised while iterating
-    `sentences` (say, invalid UTF-8) is re-raised as is: sentencepiece's C++ loop would
-    otherwise swallow or mangle it.
+    `what` names the corpus in error messages; `user_symbols` are pieces kept whole (tags). An
+    NmtError raised while iterating `sentences` (say, invalid UTF-8) is re-raised as is:
+    sentencepiece's C++ loop would otherwise swallow or mangle it.
     """
     failure: list[NmtError] = []
     count = [0]
@@ -78,6 +79,7 @@ def train_spm(
             num_threads=max(1, threads),
             input_sentence_size=0,
             minloglevel=2,
+            user_defined_symbols=",".join(user_symbols),  # "" adds none: the same bytes as without
         )
     except RuntimeError as err:
         if failure:

@@ -20,7 +20,7 @@ import torch
 
 from nmt_cli import checkpoint
 from nmt_cli.config import PAD_ID, RunConfig, TrainConfig, to_dict
-from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.errors import RunFailure
 from nmt_cli.model import Transformer
@@ -50,6 +50,9 @@ class Progress:
     """Wall time spent training over all sessions of this run (for train.max_minutes)."""
     best_valid_loss: float = math.inf
     bad_validations: int = 0
+    """Validations in a row without a better train.best_metric."""
+    best_valid_score: float = -math.inf
+    """The best valid BLEU or chrF so far, when train.best_metric is one of them."""
 
 
 @dataclass
@@ -68,6 +71,10 @@ class Session:
     """sentencepiece processor of the target side, for validation BLEU."""
     world: World = field(default_factory=World)
     """This process's place among the torchrun processes (one process by default)."""
+    corpus_sizes: list[int] = field(default_factory=list)
+    """Pairs of each training corpus, in order (for train.corpus_weights)."""
+    initial_optimizer: dict | None = None
+    """Adam's state to start a new run with (`nmt train --init-from --keep-optimizer`)."""
 
 
 def accumulate_gradients(
@@ -145,6 +152,10 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         restore_scaler(scaler, resume.train_state.scaler)
         progress = Progress(**resume.progress)
         _set_rng_state(resume.train_state.rng, s.device)
+    elif s.initial_optimizer is not None:
+        optimizer.load_state_dict(s.initial_optimizer)
+        for params in optimizer.param_groups:  # the moments carry over; the settings are this recipe's
+            params.update(betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()
     bar = s.reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
@@ -156,7 +167,10 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     with StopSignal() as stop:
         try:
             while not reason:
-                batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch)
+                pairs = None
+                if tc.corpus_weights:
+                    pairs = weighted_epoch(s.corpus_sizes, tc.corpus_weights, tc.seed, progress.epoch)
+                batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch, pairs=pairs)
                 if not batches:
                     raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
                 while progress.batch < len(batches) and not reason:
@@ -309,30 +323,30 @@ def _log_train(metrics: MetricsLog, bar, window: dict, progress: Progress, lr: f
 
 
 def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
-    """Validate, keep the best checkpoint, and apply early stopping."""
+    """Validate, keep the best checkpoint by train.best_metric, and apply early stopping."""
     result = validate(s.model, s.valid_data, s.cfg, s.device, s.tgt_processor)
-    improved = result["loss"] < progress.best_valid_loss
-    if improved:
-        progress.best_valid_loss, progress.bad_validations = result["loss"], 0
+    metric = s.cfg.train.best_metric
+    if metric == "loss":
+        improved = result["loss"] < progress.best_valid_loss
     else:
-        progress.bad_validations += 1
-    metrics.write(
-        {
-            "type": "valid",
-            "update": progress.update,
-            **result,
-            "best_loss": progress.best_valid_loss,
-            "wall_s": round(progress.train_seconds, 1),
-        }
+        improved = result[metric] > progress.best_valid_score
+        progress.best_valid_score = max(progress.best_valid_score, result[metric])
+    progress.best_valid_loss = min(progress.best_valid_loss, result["loss"])
+    progress.bad_validations = 0 if improved else progress.bad_validations + 1
+    record = {"type": "valid", "update": progress.update, **result, "best_loss": progress.best_valid_loss}
+    if metric != "loss":
+        record[f"best_{metric}"] = progress.best_valid_score
+    metrics.write({**record, "wall_s": round(progress.train_seconds, 1)})
+    scores = "".join(
+        f", {name} {result[key]:.2f}" for name, key in (("BLEU", "bleu"), ("chrF", "chrf")) if key in result
     )
-    bleu = f", BLEU {result['bleu']:.2f}" if "bleu" in result else ""
     s.reporter.info(
-        f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{bleu}"
+        f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{scores}"
     )
     if improved:
         _save_best(s, progress)
     if s.cfg.train.patience and progress.bad_validations >= s.cfg.train.patience:
-        return f"early stopping (valid loss did not improve for {progress.bad_validations} validations)"
+        return f"early stopping (valid {metric} did not improve for {progress.bad_validations} validations)"
     return ""
 
 

@@ -45,7 +45,7 @@ def valid_loss(
 def validate(
     model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device, tgt_processor
 ) -> dict[str, float]:
-    """Loss, perplexity and (if train.valid_bleu) sacreBLEU of the decoded valid set.
+    """Loss, perplexity and (if train.valid_bleu) sacreBLEU's BLEU and chrF of the decoded valid set.
 
     Leaves the model in training mode."""
     model.eval()
@@ -63,6 +63,7 @@ def validate(
             hypotheses = [tgt_processor.decode(h[0].tokens if h else []) for h in hyps]
             references = [tgt_processor.decode(data.tgt[i].tolist()) for i in range(len(data))]
             result["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+            result["chrf"] = sacrebleu.corpus_chrf(hypotheses, [references]).score
     finally:
         model.train()
     return result

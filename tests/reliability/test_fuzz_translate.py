@@ -4,6 +4,7 @@ one line per input line. One `nmt translate` subprocess gets random bytes on std
 
 from __future__ import annotations
 
+import functools
 import io
 import random
 import subprocess
@@ -85,7 +86,8 @@ def test_random_bytes_get_one_output_line_per_input_line(
     data = ending.join(parts) + (ending if final and parts else b"")
     out = io.StringIO()
     with one_thread():
-        _translate_stream(translator, io.BytesIO(data), "fuzz", out, batch_tokens=256, buffer_size=3, nbest=1)
+        translate = functools.partial(translator.translate_nbest, nbest=1, batch_tokens=256)
+        _translate_stream(translate, io.BytesIO(data), "fuzz", out, buffer_size=3, nbest=1)
     assert out.getvalue().count("\n") == expected_lines(data)
 
 

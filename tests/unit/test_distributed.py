@@ -100,7 +100,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ddp")
     make_corpus(root / "corpus", {"train": 300, "valid": 20})
     config = prepare.PrepareConfig(
-        train=str(root / "corpus" / "train"),
+        train=(str(root / "corpus" / "train"),),
         valid=str(root / "corpus" / "valid"),
         src="en",
         tgt="de",
