@@ -47,8 +47,8 @@ class Sampling:
     temperature: float = 1.0
     """Log-probabilities are divided by it before drawing: below 1 sharper, above 1 flatter."""
     seed: int = 1
-    """Each batch draws from a generator seeded by this and the batch's content, so that the same
-    input, options and seed give the same output, in one process or several."""
+    """A line's sample depends on the line, the model, the options and this seed only: not on
+    the batch, the process or the other lines (identical lines get identical samples)."""
 
     def validate(self) -> None:
         checks = [
@@ -121,7 +121,7 @@ def greedy_search(
     `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply."""
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
-    generator = _generator(src, sampling.seed) if sampling is not None else None
+    keys = _row_keys(src, sampling.seed) if sampling is not None else None
     states = ensemble.start(src, 1)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
@@ -133,7 +133,8 @@ def greedy_search(
         if sampling is None:
             best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
         else:
-            tokens = _draw(log_probs, sampling, generator)
+            assert keys is not None
+            tokens = _draw(log_probs, sampling, _uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
@@ -147,15 +148,34 @@ def greedy_search(
     return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
 
 
-def _generator(src: Tensor, seed: int) -> torch.Generator:
-    """A generator seeded by `seed` and the batch's ids: batching decides what is drawn, not the
-    process or the order in which batches come."""
-    content = zlib.crc32(src.cpu().numpy().tobytes())
-    return torch.Generator(device=src.device).manual_seed((seed * 2**32 + content) % 2**63)
+def _row_keys(src: Tensor, seed: int) -> Tensor:
+    """One int64 key per sentence from `seed` and its ids: what a sampled translation depends on
+    (not the batch it shares, the process or the order of the lines)."""
+    rows = [zlib.crc32(row[row != PAD_ID].numpy().tobytes()) for row in src.cpu()]
+    return torch.tensor([(seed % 2**31) * 2**32 + crc for crc in rows], dtype=torch.long, device=src.device)
 
 
-def _draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator | None) -> Tensor:
-    """One piece per row, (A, 1), drawn from the tempered and truncated distribution."""
+def _shift(x: Tensor, n: int) -> Tensor:
+    """Logical right shift of int64 values (torch's >> keeps the sign)."""
+    return (x >> n) & ((1 << (64 - n)) - 1)
+
+
+def _uniforms(keys: Tensor, step: int) -> Tensor:
+    """A number in [0, 1) per row, a function of the row's key and the step alone: splitmix64's
+    mixing (Steele et al., 2014) in int64 arithmetic, which wraps around as uint64 would."""
+    x = keys + torch.full_like(keys, _GOLDEN) * (step + 1)
+    x = (x ^ _shift(x, 30)) * _MIX1
+    x = (x ^ _shift(x, 27)) * _MIX2
+    x = x ^ _shift(x, 31)
+    return _shift(x, 11).double() / 2.0**53
+
+
+_GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _draw(log_probs: Tensor, sampling: Sampling, uniforms: Tensor) -> Tensor:
+    """One piece per row, (A, 1), from the tempered and truncated distribution, chosen by inverse
+    transform with the row's number in [0, 1)."""
     logits = log_probs.float() / sampling.temperature
     if sampling.method == "topk" and 0 < sampling.topk < logits.shape[-1]:
         logits, pieces = logits.topk(sampling.topk, dim=-1)
@@ -165,7 +185,9 @@ def _draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator | No
     if sampling.method == "topp":
         # Keep a piece while the mass of the likelier ones is still below p (the first always).
         probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= sampling.topp, 0.0)
-    return pieces.gather(1, torch.multinomial(probs, 1, generator=generator))
+    cdf = probs.double().cumsum(dim=-1)
+    chosen = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(1), right=True)
+    return pieces.gather(1, chosen.clamp(max=pieces.shape[-1] - 1))
 
 
 def _strip(row: list[int]) -> list[int]:
