@@ -16,7 +16,7 @@ import typer
 
 from nmt_cli import __version__
 from nmt_cli import options as opt
-from nmt_cli.errors import describe
+from nmt_cli.errors import InputError, describe
 
 app = typer.Typer(
     name="nmt",
@@ -162,6 +162,8 @@ def train(
     from nmt_cli.commands import train as command
     from nmt_cli.config import RuntimeConfig
 
+    if keep_optimizer and init_from is None:
+        raise InputError("--keep-optimizer goes with --init-from (a resumed run keeps its optimizer anyway)")
     runtime = RuntimeConfig(device, precision, threads)
     start = command.Start(init_from, keep_optimizer) if init_from is not None else None
     command.run(data, out, recipe, list(set_ or []), runtime, compile_, Globals.quiet, start)

@@ -48,10 +48,11 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
 def check_tags(processor: SentencePieceProcessor, tags: list[str], spm_from: str | None) -> None:
     """A tag must stay one piece, or the model would see it spelled out like any other word."""
     for tag in filter(None, tags):
-        if processor.piece_to_id(tag) not in processor.encode(tag):
+        piece = processor.piece_to_id(tag)
+        if piece == processor.unk_id() or piece not in processor.encode(tag):
             raise InputError(
-                f"--train-tag {tag}: not a piece of the sentencepiece model of --spm-from {spm_from}; "
-                f"prepare the corpus that model was learned on with --reserve {tag}, or drop --spm-from"
+                f"tag {tag}: not a piece of the sentencepiece model of --spm-from {spm_from}; prepare "
+                f"the corpus that model was learned on with --reserve {tag}, or drop --spm-from"
             )
 
 

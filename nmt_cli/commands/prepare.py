@@ -216,7 +216,9 @@ def _prepare(
         names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
     for side, model in zip(("src", "tgt"), models, strict=True):
         (staging / names[side]).write_bytes(model)
-    vocabulary.check_tags(spm.load_processor(models[0]), tags, options.get("spm_from"))
+    vocabulary.check_tags(
+        spm.load_processor(models[0]), [*tags, *options.get("reserve", [])], options.get("spm_from")
+    )
     sizes = [spm.load_processor(m).get_piece_size() for m in models]
     dtype = corpus.token_dtype(max(sizes))
     parts = {
@@ -280,8 +282,9 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     """Decode, encode, flag and (for train, where `drop` is set) filter one chunk of pairs.
 
     Runs in a worker process. Returns the flat ids and lengths of the pairs kept on each
-    side, and how many pairs of the chunk fall under each of REASONS. A tag is encoded with its
-    sentence as text ("<BT> A dog."), exactly as `nmt translate` would see it typed.
+    side, and how many pairs of the chunk fall under each of REASONS. A tag's pieces go before
+    each source sentence after the filters (they judge the sentence alone): the same ids as the
+    text "<BT> A dog." typed to `nmt translate`.
     """
     names, first, raws, errors, (max_len, max_ratio), drop, tag = task
     encoded, blank = [], np.zeros(len(raws[0]), bool)
@@ -291,8 +294,6 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             for i, raw in enumerate(raws[side])
         ]
         blank |= np.fromiter((not line.strip() for line in lines), bool, count=len(lines))
-        if tag and side == 0:
-            lines = [f"{tag} {line}" for line in lines]
         encoded.append(spm.encode_lines(spm.worker_processor(key), lines))
     (src_ids, src_len), (tgt_ids, tgt_len) = encoded
     reason = np.zeros(len(src_len), np.int64)
@@ -301,6 +302,11 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     reason[ratio > max_ratio] = 3
     reason[(src_len > max_len) | (tgt_len > max_len)] = 2
     reason[blank | (src_len == 0) | (tgt_len == 0)] = 1
+    if tag:
+        pieces = np.asarray(spm.worker_processor("src").encode(tag), np.int32)
+        starts = np.repeat(np.cumsum(src_len) - src_len, len(pieces))
+        src_ids = np.insert(src_ids, starts, np.tile(pieces, len(src_len)))
+        src_len = src_len + len(pieces)
     if drop and reason.any():
         keep = reason == 0
         src_ids, tgt_ids = src_ids[np.repeat(keep, src_len)], tgt_ids[np.repeat(keep, tgt_len)]

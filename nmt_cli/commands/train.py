@@ -127,6 +127,11 @@ def open_session(
             f"train.corpus_weights has {len(weights)} weights but --data {data} has {len(corpus_sizes)} "
             "training corpora; give one weight per `nmt prepare --train`, in that order"
         )
+    if any(w > 0 and n == 0 for w, n in zip(weights, corpus_sizes, strict=False)):
+        raise InputError(
+            f"train.corpus_weights gives a share to a corpus of --data {data} that kept no pairs; "
+            "set its weight to 0"
+        )
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
 
@@ -185,7 +190,10 @@ def resolve_config(
     taken from the data. Either run may change training and decoding settings (say, max_updates)
     but not `base`'s model; a fine-tuned one may change its dropout."""
     if base is not None and recipe is None:
-        cfg = with_overrides(base.config, overrides, f"run config in {base_path}")
+        config = base.config
+        if fine_tune:  # its corpus weights belong to its own data
+            config = {**config, "train": {k: v for k, v in config["train"].items() if k != "corpus_weights"}}
+        cfg = with_overrides(config, overrides, f"run config in {base_path}")
     else:
         cfg = load_recipe(recipe, overrides)
     cfg.model.src_vocab_size = int(meta.vocab_size["src"])

@@ -71,11 +71,13 @@ def weighted_epoch(sizes: list[int], weights: list[float], seed: int, epoch: int
     corpus gives its share as whole passes plus a part drawn without repeats, different every
     epoch, so the ratio holds to a pair."""
     total = sum(sizes)
-    shares = [int(total * w / sum(weights)) for w in weights]
+    exact = np.asarray(weights, dtype=np.float64) * total / sum(weights)
+    shares = np.floor(exact).astype(np.int64)
+    shares[np.argsort(shares - exact)[: total - int(shares.sum())]] += 1  # largest remainders round up
     rng = np.random.default_rng([seed, epoch, len(sizes)])  # not make_batches' stream
     dtype = np.int32 if total < 2**31 else np.int64
     parts, start = [], 0
-    for size, share in zip(sizes, shares, strict=True):
+    for size, share in zip(sizes, shares.tolist(), strict=True):
         if share and size:
             whole, rest = divmod(share, size)
             parts.append(np.tile(np.arange(start, start + size, dtype=dtype), whole))
