@@ -227,13 +227,13 @@ def translate(
         typer.Option(help="Draw translations at random instead: topk or topp (for back-translation)."),
     ] = None,
     topk: Annotated[
-        int, typer.Option(help="With --sampling topk: among the k likeliest pieces (0: all).")
-    ] = 10,
+        int | None, typer.Option(help="--sampling topk: among the k likeliest (0: all; 10).")
+    ] = None,
     topp: Annotated[
-        float, typer.Option(help="With --sampling topp: among the likeliest pieces of mass p.")
-    ] = 0.9,
-    temperature: Annotated[float, typer.Option(help="With --sampling: <1 sharper, >1 flatter.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="With --sampling: the same seed and input, the same output.")] = 1,
+        float | None, typer.Option(help="--sampling topp: among the likeliest of mass p (0.9).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="--sampling: <1 sharper, >1 flatter (1).")] = None,
+    seed: Annotated[int | None, typer.Option(help="--sampling: same seed and line, same output (1).")] = None,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -243,7 +243,7 @@ def translate(
     Globals.fast_exit = True
     decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
     runtime = RuntimeConfig(device, precision, threads, workers)
-    drawn = Sampling(sampling, topk, topp, temperature, seed) if sampling is not None else None
+    drawn = Sampling.from_options(sampling, topk, topp, temperature, seed)
     command.run(
         model, input_, output, decode, runtime, nbest, batch_tokens, buffer_size, Globals.quiet, drawn
     )

@@ -50,6 +50,24 @@ class Sampling:
     """A line's sample depends on the line, the model, the options and this seed only: not on
     the batch, the process or the other lines (identical lines get identical samples)."""
 
+    @classmethod
+    def from_options(
+        cls,
+        method: str | None,
+        topk: int | None = None,
+        topp: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> Sampling | None:
+        """`nmt translate`'s options: None without --sampling, which the others need."""
+        given = {"topk": topk, "topp": topp, "temperature": temperature, "seed": seed}
+        given = {name: value for name, value in given.items() if value is not None}
+        if method is None:
+            if given:
+                raise InputError(f"--{next(iter(given))} goes with --sampling topk or --sampling topp")
+            return None
+        return cls(method, **given)  # type: ignore[arg-type]
+
     def validate(self) -> None:
         checks = [
             (self.method in SAMPLING_METHODS, f"--sampling {self.method!r}: use topk or topp"),
@@ -152,7 +170,8 @@ def _row_keys(src: Tensor, seed: int) -> Tensor:
     """One int64 key per sentence from `seed` and its ids: what a sampled translation depends on
     (not the batch it shares, the process or the order of the lines)."""
     rows = [zlib.crc32(row[row != PAD_ID].numpy().tobytes()) for row in src.cpu()]
-    return torch.tensor([(seed % 2**31) * 2**32 + crc for crc in rows], dtype=torch.long, device=src.device)
+    keys = [(seed * 2**32 + crc) % 2**64 for crc in rows]  # as uint64, then as the int64 of those bits
+    return torch.tensor([k - 2**64 if k >= 2**63 else k for k in keys], dtype=torch.long, device=src.device)
 
 
 def _shift(x: Tensor, n: int) -> Tensor:
@@ -176,7 +195,10 @@ _GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E
 def _draw(log_probs: Tensor, sampling: Sampling, uniforms: Tensor) -> Tensor:
     """One piece per row, (A, 1), from the tempered and truncated distribution, chosen by inverse
     transform with the row's number in [0, 1)."""
-    logits = log_probs.float() / sampling.temperature
+    # Shifted so that the likeliest piece is at 0 before dividing: a tiny temperature then gives
+    # -inf for the others, not -inf (and NaN) for all.
+    logits = log_probs.double()
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / sampling.temperature
     if sampling.method == "topk" and 0 < sampling.topk < logits.shape[-1]:
         logits, pieces = logits.topk(sampling.topk, dim=-1)
     else:

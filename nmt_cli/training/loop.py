@@ -53,6 +53,8 @@ class Progress:
     """Validations in a row without a better train.best_metric."""
     best_valid_score: float = -math.inf
     """The best valid BLEU or chrF so far, when train.best_metric is one of them."""
+    best_metric: str = "loss"
+    """The train.best_metric the two above follow; a resumed run that changes it starts afresh."""
 
 
 @dataclass
@@ -326,6 +328,8 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
     """Validate, keep the best checkpoint by train.best_metric, and apply early stopping."""
     result = validate(s.model, s.valid_data, s.cfg, s.device, s.tgt_processor)
     metric = s.cfg.train.best_metric
+    if metric != progress.best_metric:  # changed on resume: the old best is on another scale
+        progress.best_metric, progress.best_valid_score, progress.bad_validations = metric, -math.inf, 0
     if metric == "loss":
         improved = result["loss"] < progress.best_valid_loss
     else:
