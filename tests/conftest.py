@@ -105,6 +105,16 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line a failed command wrote to stderr (no traceback)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("nmt: error: "), err
+    return lines[0]
+
+
 def sets(*overrides: str) -> list[str]:
     """`--set a --set b ...` for the given overrides."""
     return [part for item in overrides for part in ("--set", item)]

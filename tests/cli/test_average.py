@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, train_args
+from conftest import Corpus, TrainedRun, nmt, one_line_error, train_args
 
 from nmt_cli import checkpoint
 
@@ -103,14 +103,6 @@ def test_the_average_loads_in_translate_without_optimizer_state(
     assert hyp.read_text(encoding="utf-8").splitlines() == lines  # the average still copies
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 def test_checkpoints_of_different_models_are_refused(
     trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,7 +112,7 @@ def test_checkpoints_of_different_models_are_refused(
     capsys.readouterr()
     code = nmt("average", trained.checkpoint, other / "checkpoints" / "checkpoint_last.pt", "-o", output)
     assert code == 2
-    assert "model.d_ff" in _one_line_error(capsys)
+    assert "model.d_ff" in one_line_error(capsys)
     assert not output.exists()
 
 
@@ -136,6 +128,6 @@ def test_a_parameter_of_another_shape_is_refused_by_name(
     output = tmp_path / "avg.pt"
     capsys.readouterr()
     assert nmt("average", trained.checkpoint, changed, "-o", output) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert name in line and "shape" in line
     assert not output.exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, nmt, train_args
+from conftest import Corpus, nmt, one_line_error, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.training import loop
@@ -22,14 +22,6 @@ from nmt_cli.training import loop
 LOSS = [5.0, 4.0, 3.0, 2.0]
 BLEU = [10.0, 30.0, 20.0, 25.0]
 CHRF = [40.0, 35.0, 50.0, 45.0]
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def _records(run_dir: Path, kind: str) -> list[dict]:
@@ -184,7 +176,7 @@ def test_a_bad_best_metric_is_one_line_naming_it(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=2", *overrides)) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert line.startswith("nmt: error:")
     assert "train.best_metric" in line and named in line
     assert not run_dir.exists()  # refused before anything is written

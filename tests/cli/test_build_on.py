@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, train_args, write_split
+from conftest import Corpus, TrainedRun, nmt, one_line_error, one_thread, sentences, train_args, write_split
 
 from nmt_cli import checkpoint, vocabulary
 from nmt_cli.config import load_recipe
@@ -22,15 +22,6 @@ from nmt_cli.training.validate import valid_loss
 
 TAG = "<BT>"
 A_PAIRS, B_PAIRS = 300, 100
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("nmt: error: "), err
-    return lines[0]
 
 
 def _prepare(out: Path, *train: Path, valid: Path, extra: tuple[object, ...] = (), quiet: bool = True) -> int:
@@ -224,7 +215,7 @@ def test_spm_from_a_missing_path_fails_in_one_line(
     capsys.readouterr()
     code = _prepare(out, corpus.raw / "train", valid=corpus.raw / "valid", extra=("--spm-from", missing))
     assert code == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "--spm-from" in line and str(missing) in line and "not found" in line
     assert not out.exists()
 
@@ -303,7 +294,7 @@ def test_train_tag_count_must_match_train(
     out = tmp_path / "data"
     capsys.readouterr()
     assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=("--train-tag", TAG), quiet=False) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "--train-tag" in line and "1 times for 2 --train" in line
     assert not out.exists()
 
@@ -320,7 +311,7 @@ def test_spm_from_a_vocabulary_without_the_tag_is_refused(
     capsys.readouterr()
     extra = ("--train-tag", "", "--train-tag", TAG, "--spm-from", plain)
     assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert f"tag {TAG}" in line and f"--reserve {TAG}" in line
     assert not out.exists()
 
@@ -333,7 +324,7 @@ def test_spm_from_a_vocabulary_without_the_tag_is_refused_without_byte_fallback(
     extra = ("--train-tag", "", "--train-tag", TAG, "--spm-from", corpus.data)
     code = _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False)
     assert code == 2, f"accepted: {TAG} became <unk> in every tagged source"  # no byte fallback
-    assert f"--reserve {TAG}" in _one_line_error(capsys)
+    assert f"--reserve {TAG}" in one_line_error(capsys)
 
 
 def test_spm_from_a_vocabulary_learned_with_reserve_takes_the_tag(
@@ -433,7 +424,7 @@ def test_bad_corpus_weights_fail_in_one_line(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     assert nmt(*train_args(two, run_dir, f"train.corpus_weights={weights}", quiet=False)) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "train.corpus_weights" in line and said in line
     assert not run_dir.exists()
 
@@ -501,7 +492,7 @@ def test_init_from_data_of_another_sentencepiece_model_is_refused(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     assert nmt(*_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False)) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "--init-from" in line and "another sentencepiece model" in line and "--spm-from" in line
     assert not run_dir.exists()
 
@@ -513,7 +504,7 @@ def test_init_from_with_another_architecture_is_refused(
     capsys.readouterr()
     args = _init_from(fine, run_dir, trained.checkpoint, *ONE_BATCH, "model.d_ff=128", quiet=False)
     assert nmt(*args) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "model.d_ff" in line and "--init-from" in line and "128" in line
     assert not run_dir.exists()
 
@@ -554,7 +545,7 @@ def test_keep_optimizer_needs_a_checkpoint_with_optimizer_state(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     assert nmt(*_init_from(fine, run_dir, ckpt, *ONE_BATCH, quiet=False), "--keep-optimizer") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "--init-from" in line and "no optimizer state" in line and "--reset-optimizer" in line
     assert not run_dir.exists()
     # Without Adam's moments it starts all the same.
@@ -615,7 +606,7 @@ def test_keep_optimizer_without_init_from_is_refused(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     assert nmt(*train_args(two, run_dir, quiet=False), "--keep-optimizer") == 2
-    assert "--init-from" in _one_line_error(capsys)
+    assert "--init-from" in one_line_error(capsys)
     assert not run_dir.exists()
 
 
@@ -626,5 +617,5 @@ def test_reserve_with_spm_from_must_name_a_piece_of_that_vocabulary(
     capsys.readouterr()
     extra = ("--reserve", TAG, "--spm-from", two)  # `two` was learned without the tag
     assert _prepare(out, raw.a, valid=raw.valid, extra=extra, quiet=False) == 2
-    assert f"--reserve {TAG}" in _one_line_error(capsys)
+    assert f"--reserve {TAG}" in one_line_error(capsys)
     assert not out.exists()

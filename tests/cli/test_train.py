@@ -17,6 +17,7 @@ from conftest import (
     TrainedRun,
     nmt,
     nmt_command,
+    one_line_error,
     sentences,
     subprocess_env,
     train_args,
@@ -142,14 +143,6 @@ def test_an_interrupted_run_resumes_exactly(
     assert any(not torch.equal(got[name], stopped[name]) for name in got)
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 @pytest.mark.parametrize(
     "overrides, named",
     [
@@ -166,7 +159,7 @@ def test_a_bad_recipe_value_fails_in_one_line(
     run_dir = tmp_path / "run"
     args = train_args(corpus.data, run_dir, *overrides, quiet=False)
     assert nmt(*args) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert line.startswith("nmt: error:") and named in line
     assert not run_dir.exists()
 
@@ -181,7 +174,7 @@ def test_resuming_with_a_different_model_is_refused(
     capsys.readouterr()
     args = train_args(corpus.data, run_dir, "train.max_updates=4", "model.d_model=64", quiet=False)
     assert nmt(*args) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "model.d_model" in line and "resume" in line
     assert last.read_bytes() == before
 
@@ -322,6 +315,6 @@ def test_resuming_on_data_of_another_sentencepiece_model_is_refused(
     before = last.read_bytes()
     capsys.readouterr()
     assert nmt(*train_args(data, run_dir, "train.max_updates=4", quiet=False)) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "another sentencepiece model" in line and "resume" in line
     assert last.read_bytes() == before
