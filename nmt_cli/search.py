@@ -10,7 +10,7 @@ log-probabilities. Sampling (top-k, top-p) goes through the greedy path. Imports
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +66,9 @@ class Sampling:
             if given:
                 raise InputError(f"--{next(iter(given))} goes with --sampling topk or --sampling topp")
             return None
+        other = {"topk": "topp", "topp": "topk"}.get(method)
+        if other in given:
+            raise InputError(f"--{other} goes with --sampling {other}, not --sampling {method}")
         return cls(method, **given)  # type: ignore[arg-type]
 
     def validate(self) -> None:
@@ -167,10 +170,15 @@ def greedy_search(
 
 
 def _row_keys(src: Tensor, seed: int) -> Tensor:
-    """One int64 key per sentence from `seed` and its ids: what a sampled translation depends on
-    (not the batch it shares, the process or the order of the lines)."""
-    rows = [zlib.crc32(row[row != PAD_ID].numpy().tobytes()) for row in src.cpu()]
-    keys = [(seed * 2**32 + crc) % 2**64 for crc in rows]  # as uint64, then as the int64 of those bits
+    """One int64 key per sentence, a 64-bit hash of `seed` and its ids: what a sampled translation
+    depends on (not the batch it shares, the process or the order of the lines)."""
+    salt = str(seed).encode()[:64]
+    keys = [
+        int.from_bytes(
+            hashlib.blake2b(row[row != PAD_ID].numpy().tobytes(), digest_size=8, key=salt).digest()
+        )
+        for row in src.cpu()
+    ]
     return torch.tensor([k - 2**64 if k >= 2**63 else k for k in keys], dtype=torch.long, device=src.device)
 
 

@@ -23,9 +23,13 @@ CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, smal
 
 def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
     """The (src, tgt) sentencepiece models of --spm-from: a prepared corpus (the other direction
-    will do) or a checkpoint."""
+    will do) or a checkpoint (which does not record its languages: its models are taken as they
+    are, source for source)."""
     if path.is_dir():
-        meta = corpus.load_meta(path)
+        try:
+            meta = corpus.load_meta(path)
+        except InputError as err:
+            raise InputError(f"--spm-from {err}") from None
         models = spm.read_models(path, meta)
         if meta.joint or (meta.src, meta.tgt) == (src, tgt):
             return models

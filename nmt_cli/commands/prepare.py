@@ -58,6 +58,10 @@ class PrepareConfig:
     byte_fallback: bool = True
     normalization: str = "identity"
 
+    def __post_init__(self) -> None:
+        if isinstance(self.train, str):  # one prefix, as before several corpora were possible
+            object.__setattr__(self, "train", (self.train,))
+
 
 def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     reporter = Reporter(quiet)
@@ -162,8 +166,8 @@ def _check_options(cfg: PrepareConfig, options: dict) -> None:
             'one per --train, in the same order ("" for an untagged corpus)',
         ),
         (
-            all(t.strip() == t and " " not in t for t in tags),
-            "--train-tag / --reserve: a tag is one word without spaces, e.g. <BT>",
+            not any(c.isspace() or c == "," for t in tags for c in t),
+            "--train-tag / --reserve: a tag is one word without spaces or commas, e.g. <BT>",
         ),
         (options["vocab_size"] >= 8, f"--vocab-size {options['vocab_size']}: must be at least 8"),
         (0.0 < options["character_coverage"] <= 1.0, "--character-coverage: must be in (0, 1]"),

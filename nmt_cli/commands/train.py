@@ -92,19 +92,9 @@ def open_session(
     init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
     if start is not None and resume is not None:
         reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
-    if init is not None and start is not None:
-        cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True)
-    else:
-        cfg = resolve_config(recipe, overrides, meta, resume, last)
-    if precision is not None:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
-    if cfg.train.update_tokens > 0:  # the same tokens per update whatever the number of processes
-        update_freq = max(1, math.ceil(cfg.train.update_tokens / (cfg.train.max_tokens * world.size)))
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, update_freq=update_freq))
-    check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
-    train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     src_model, tgt_model = spm.read_models(data, meta)
-    # Equal vocabulary sizes are not enough: another model's ids mean other pieces.
+    # Before the config: a vocabulary of another size would otherwise be reported as a model
+    # field. Equal vocabulary sizes are not enough: another model's ids mean other pieces.
     if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != (src_model, tgt_model):
         raise InputError(
             f"cannot resume {last}: --data {data} was prepared with another sentencepiece model, so "
@@ -119,6 +109,17 @@ def open_session(
             f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
             f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
         )
+    if init is not None and start is not None:
+        cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True)
+    else:
+        cfg = resolve_config(recipe, overrides, meta, resume, last)
+    if precision is not None:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
+    if cfg.train.update_tokens > 0:  # the same tokens per update whatever the number of processes
+        update_freq = max(1, math.ceil(cfg.train.update_tokens / (cfg.train.max_tokens * world.size)))
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, update_freq=update_freq))
+    check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
+    train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     optimizer_state = _optimizer_to_keep(init, start)
     corpus_sizes = meta.corpus_sizes()
     weights = cfg.train.corpus_weights

@@ -54,8 +54,10 @@ def run(
         raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
     if sampling is not None:
         sampling.validate()
-        if nbest > 1:
-            raise InputError("--sampling draws one translation per line: --nbest must be 1")
+        if nbest > 1 or decode.beam is not None or decode.lenpen is not None:
+            raise InputError(
+                "--sampling draws one translation per line: --nbest, --beam and --lenpen do not apply"
+            )
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     translator = load_translator(models, dev, precision, decode)

@@ -81,7 +81,10 @@ def weighted_epoch(sizes: list[int], weights: list[float], seed: int, epoch: int
         if share and size:
             whole, rest = divmod(share, size)
             parts.append(np.tile(np.arange(start, start + size, dtype=dtype), whole))
-            parts.append((start + rng.choice(size, rest, replace=False)).astype(dtype))
+            if rest:
+                part = np.arange(start, start + size, dtype=dtype)  # the corpus's width, not int64
+                rng.shuffle(part)
+                parts.append(part[:rest])
         start += size
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 

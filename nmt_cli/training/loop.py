@@ -49,8 +49,7 @@ class Progress:
     train_seconds: float = 0.0
     """Wall time spent training over all sessions of this run (for train.max_minutes)."""
     best_valid_loss: float = math.inf
-    bad_validations: int = 0
-    """Validations in a row without a better train.best_metric."""
+    bad_validations: int = 0  # validations in a row without a better train.best_metric
     best_valid_score: float = -math.inf
     """The best valid BLEU or chrF so far, when train.best_metric is one of them."""
     best_metric: str = "loss"
@@ -328,8 +327,9 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
     """Validate, keep the best checkpoint by train.best_metric, and apply early stopping."""
     result = validate(s.model, s.valid_data, s.cfg, s.device, s.tgt_processor)
     metric = s.cfg.train.best_metric
-    if metric != progress.best_metric:  # changed on resume: the old best is on another scale
-        progress.best_metric, progress.best_valid_score, progress.bad_validations = metric, -math.inf, 0
+    if metric != progress.best_metric:  # changed on resume: start its best (and patience) afresh
+        progress.best_metric, progress.bad_validations, progress.best_valid_score = metric, 0, -math.inf
+        progress.best_valid_loss = math.inf
     if metric == "loss":
         improved = result["loss"] < progress.best_valid_loss
     else:

@@ -619,3 +619,29 @@ def test_reserve_with_spm_from_must_name_a_piece_of_that_vocabulary(
     assert _prepare(out, raw.a, valid=raw.valid, extra=extra, quiet=False) == 2
     assert f"--reserve {TAG}" in one_line_error(capsys)
     assert not out.exists()
+
+
+def test_init_from_data_with_its_own_vocabulary_says_to_use_spm_from(
+    trained: TrainedRun, raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another vocabulary size is the usual mistake: the advice is --spm-from, not a model key."""
+    data = tmp_path / "own"
+    assert _prepare(data, raw.a, valid=raw.valid, extra=("--vocab-size", 150)) == 0
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    assert nmt(*_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False)) == 2
+    line = one_line_error(capsys)
+    assert "another sentencepiece model" in line and "--spm-from" in line and "vocab_size" not in line
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("tag", ["<BT,x>", "<B\tT>"])
+def test_a_tag_with_a_comma_or_whitespace_is_refused(
+    tag: str, raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "data"
+    capsys.readouterr()
+    extra = ("--train-tag", "", "--train-tag", tag)
+    assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False) == 2
+    assert "without spaces or commas" in one_line_error(capsys)
+    assert not out.exists()

@@ -469,6 +469,8 @@ def test_cli_samples_are_reproducible_whatever_the_buffering(
         (["--sampling", "topk", "--nbest", "2"], "--nbest"),
         (["--topp", "0.5"], "--sampling"),
         (["--seed", "3"], "--sampling"),
+        (["--sampling", "topp", "--topk", "5"], "--topk"),
+        (["--sampling", "topk", "--beam", "4"], "--beam"),
     ],
     ids=[
         "method",
@@ -480,6 +482,8 @@ def test_cli_samples_are_reproducible_whatever_the_buffering(
         "nbest",
         "topp-without-sampling",
         "seed-without-sampling",
+        "topk-with-topp",
+        "beam-with-sampling",
     ],
 )
 def test_cli_bad_sampling_options_are_one_line_exit_2(
@@ -496,3 +500,11 @@ def test_cli_bad_sampling_options_are_one_line_exit_2(
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("nmt: error:") and named in lines[0]
+
+
+def test_seeds_that_agree_in_their_low_bits_still_differ() -> None:
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID]])
+    low = _row_keys(src, 1)
+    assert not torch.equal(low, _row_keys(src, 1 + 2**32))
+    assert not torch.equal(low, _row_keys(src, -1))
+    assert torch.equal(low, _row_keys(src, 1))
