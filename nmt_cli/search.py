@@ -215,7 +215,7 @@ def _draw(log_probs: Tensor, sampling: Sampling, uniforms: Tensor) -> Tensor:
     if sampling.method == "topp":
         # Keep a piece while the mass of the likelier ones is still below p (the first always).
         probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= sampling.topp, 0.0)
-    cdf = probs.double().cumsum(dim=-1)
+    cdf = probs.cumsum(dim=-1)  # float64, like the uniforms
     chosen = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(1), right=True)
     return pieces.gather(1, chosen.clamp(max=pieces.shape[-1] - 1))
 

@@ -115,6 +115,19 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+def prepare_args(out: Path, *train: Path, valid: Path, quiet: bool = True) -> list[object]:
+    """Arguments of `nmt prepare` for copy-task files PREFIX.src and PREFIX.tgt: a joint BPE of 100
+    pieces without byte fallback (options given after these win)."""
+    corpora = [part for prefix in train for part in ("--train", prefix)]
+    return [
+        *(["-q"] if quiet else []),
+        "prepare",
+        *corpora,
+        *("--valid", valid, "--src", "src", "--tgt", "tgt", "--out", out),
+        *("--vocab-size", 100, "--no-byte-fallback"),
+    ]
+
+
 def sets(*overrides: str) -> list[str]:
     """`--set a --set b ...` for the given overrides."""
     return [part for item in overrides for part in ("--set", item)]
@@ -161,25 +174,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     for name, lines in splits.items():
         write_split(raw / name, lines, lines)
     data = root / "data"
-    code = nmt(
-        "-q",
-        "prepare",
-        "--train",
-        raw / "train",
-        "--valid",
-        raw / "valid",
-        "--test",
-        raw / "test",
-        "--src",
-        "src",
-        "--tgt",
-        "tgt",
-        "--out",
-        data,
-        "--vocab-size",
-        100,
-        "--no-byte-fallback",
-    )
+    code = nmt(*prepare_args(data, raw / "train", valid=raw / "valid"), "--test", raw / "test")
     assert code == 0
     return Corpus(raw, data, splits["test"], splits["test"])
 

@@ -49,11 +49,11 @@ class Progress:
     train_seconds: float = 0.0
     """Wall time spent training over all sessions of this run (for train.max_minutes)."""
     best_valid_loss: float = math.inf
-    bad_validations: int = 0  # validations in a row without a better train.best_metric
+    bad_validations: int = 0
     best_valid_score: float = -math.inf
     """The best valid BLEU or chrF so far, when train.best_metric is one of them."""
     best_metric: str = "loss"
-    """The train.best_metric the two above follow; a resumed run that changes it starts afresh."""
+    """The train.best_metric behind bad_validations and checkpoint_best.pt (reset when it changes)."""
 
 
 @dataclass

@@ -10,7 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, one_line_error, one_thread, sentences, train_args, write_split
+from conftest import (
+    Corpus,
+    TrainedRun,
+    nmt,
+    one_line_error,
+    one_thread,
+    prepare_args,
+    sentences,
+    train_args,
+    write_split,
+)
 
 from nmt_cli import checkpoint, vocabulary
 from nmt_cli.config import load_recipe
@@ -25,26 +35,8 @@ A_PAIRS, B_PAIRS = 300, 100
 
 
 def _prepare(out: Path, *train: Path, valid: Path, extra: tuple[object, ...] = (), quiet: bool = True) -> int:
-    """`nmt prepare` of copy corpora (files PREFIX.src and PREFIX.tgt), vocab 100, no byte fallback
-    unless `extra` says otherwise (later options win)."""
-    corpora = [part for prefix in train for part in ("--train", prefix)]
-    return nmt(
-        *(["-q"] if quiet else []),
-        "prepare",
-        *corpora,
-        "--valid",
-        valid,
-        "--src",
-        "src",
-        "--tgt",
-        "tgt",
-        "--out",
-        out,
-        "--vocab-size",
-        100,
-        "--no-byte-fallback",
-        *extra,
-    )
+    """`nmt prepare` of copy corpora (later options in `extra` win)."""
+    return nmt(*prepare_args(out, *train, valid=valid, quiet=quiet), *extra)
 
 
 def _processor(data: Path, side: str = "src"):

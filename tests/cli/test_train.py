@@ -18,6 +18,7 @@ from conftest import (
     nmt,
     nmt_command,
     one_line_error,
+    prepare_args,
     sentences,
     subprocess_env,
     train_args,
@@ -298,18 +299,7 @@ def test_resuming_on_data_of_another_sentencepiece_model_is_refused(
     write_split(raw / "train", other, other)
     write_split(raw / "valid", other[:40], other[:40])
     data = tmp_path / "other_data"
-    prepare = [
-        "--valid",
-        raw / "valid",
-        "--src",
-        "src",
-        "--tgt",
-        "tgt",
-        "--vocab-size",
-        100,
-        "--no-byte-fallback",
-    ]
-    assert nmt("-q", "prepare", "--train", raw / "train", "--out", data, *prepare) == 0
+    assert nmt(*prepare_args(data, raw / "train", valid=raw / "valid")) == 0
     assert corpus_io.load_meta(data).vocab_size == corpus_io.load_meta(corpus.data).vocab_size
     last = run_dir / "checkpoints" / "checkpoint_last.pt"
     before = last.read_bytes()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WORDS, Corpus, TrainedRun, nmt, train_args
+from conftest import WORDS, Corpus, TrainedRun, nmt, prepare_args, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.data import corpus as corpus_io
@@ -81,33 +81,13 @@ def copy_raw(corpus: Corpus, root: Path) -> Path:
     return raw
 
 
-def prepare_args(raw: Path, out: Path) -> list[object]:
-    return [
-        "-q",
-        "prepare",
-        "--train",
-        raw / "train",
-        "--valid",
-        raw / "valid",
-        "--src",
-        "src",
-        "--tgt",
-        "tgt",
-        "--out",
-        out,
-        "--vocab-size",
-        100,
-        "--no-byte-fallback",
-    ]
-
-
 def test_prepare_binary_garbage_is_refused(corpus: Corpus, tmp_path: Path, capsys) -> None:
     raw = copy_raw(corpus, tmp_path)
     lines = (raw / "train.src").read_bytes().count(b"\n")
     rows = [garbage(80, seed=i, newline=False) for i in range(lines)]  # same line count as train.tgt
     (raw / "train.src").write_bytes(b"\n".join(rows) + b"\n")
     out = tmp_path / "out"
-    code, _, err = run(capsys, *prepare_args(raw, out))
+    code, _, err = run(capsys, *prepare_args(out, raw / "train", valid=raw / "valid"))
     assert code == 2
     line = one_line(err)
     assert "train.src:1:" in line and ("NUL byte" in line or "invalid UTF-8" in line)
@@ -122,7 +102,7 @@ def test_prepare_a_100k_character_line_is_dropped_not_fatal(corpus: Corpus, tmp_
         with (raw / f"train.{side}").open("a", encoding="utf-8") as stream:
             stream.write(text + "\n")
     out = tmp_path / "out"
-    assert nmt(*prepare_args(raw, out)) == 0
+    assert nmt(*prepare_args(out, raw / "train", valid=raw / "valid")) == 0
     meta = corpus_io.load_meta(out)
     assert meta.dropped["too_long"] == 1
     assert meta.splits["train"]["pairs"] == len(corpus_io.load_split(corpus.data, "train"))
@@ -143,7 +123,7 @@ def test_prepare_full_disk_while_binarizing(
 
     monkeypatch.setattr(corpus_io.SideWriter, "write", write)
     out = tmp_path / "new" / "out"
-    code, _, err = run(capsys, *prepare_args(corpus.raw, out))
+    code, _, err = run(capsys, *prepare_args(out, corpus.raw / "train", valid=corpus.raw / "valid"))
     assert code == 1
     line = one_line(err)
     assert "No space left on device" in line and str(out) in line
