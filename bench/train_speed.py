@@ -19,7 +19,7 @@ from pathlib import Path
 import peak
 from common import DEFAULT_DATA, RECIPE, THREADS, WORK, emit, nmt, prepared, train_records
 
-from nmt_cli.config import load_recipe
+from nmt_cli.recipe import load_recipe
 
 LOG_EVERY = 10
 

@@ -4,7 +4,7 @@ A checkpoint is self-contained: the resolved run config, the model weights, the 
 model bytes and, for training checkpoints, the optimizer, loss scaler, RNG states and data
 position. `Checkpoint` is its one typed form: `to_dict` and `from_dict` are the only code that
 knows the on-disk keys. It is saved atomically (temporary file, fsync, rename) and loaded with
-`weights_only=True`, so loading runs no pickled code. Imports torch, `config` and `errors`.
+`weights_only=True`, so loading runs no pickled code. Imports torch, `config`, `recipe`, `errors` and `files`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
-from nmt_cli.config import RunConfig, from_dict
+from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import atomic_write, process_alive
+from nmt_cli.recipe import from_dict
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -43,7 +44,7 @@ class Checkpoint:
     kind: str
     """"train" (written every N updates), "best" or "average"."""
     config: dict[str, Any]
-    """The resolved run config, as `config.to_dict` writes it."""
+    """The resolved run config, as `recipe.to_dict` writes it."""
     model: dict[str, torch.Tensor]
     spm: dict[str, bytes]
     """Serialized sentencepiece models, "src" and "tgt"."""

@@ -125,8 +125,9 @@ def prepare(
         "reserve": tuple(reserve or ()),
     }
     from nmt_cli.commands import prepare as command
+    from nmt_cli.config import PrepareConfig
 
-    command.run(command.PrepareConfig(**given), quiet=Globals.quiet)
+    command.run(PrepareConfig(**given), quiet=Globals.quiet)
 
 
 @app.command(
@@ -182,9 +183,7 @@ def average(
     """Average the parameters of several checkpoints (fp32)."""
     from nmt_cli.commands import average as command
 
-    command.run(
-        checkpoints=list(checkpoints or []), output=output, run_dir=run, last=last, quiet=Globals.quiet
-    )
+    command.run(list(checkpoints or []), output, run_dir=run, last=last, quiet=Globals.quiet)
 
 
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
@@ -373,9 +372,9 @@ def serve(
 ) -> None:
     """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]')."""
     from nmt_cli.commands import serve as command
-    from nmt_cli.config import RuntimeConfig
+    from nmt_cli.config import RuntimeConfig, ServeLimits
 
-    limits = command.ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
+    limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)
     command.run(model, host, port, runtime, limits, quiet=Globals.quiet)
 

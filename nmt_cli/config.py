@@ -1,16 +1,14 @@
-"""Typed configuration: the recipe schema, its loader and its writer.
+"""Typed configuration: the recipe schema, and the settings objects the command line builds.
 
-The dataclasses here are the only schema. Recipes are TOML files with the sections [model], [train],
-[decode] and [average]; unknown keys, wrong types and impossible values fail at load time naming the
-file and `section.key`. Imports only the standard library and `errors`.
+The recipe dataclasses (`RunConfig` and its sections) are the only schema of a recipe; `recipe`
+reads and writes them as TOML. `RuntimeConfig`, `DecodeOverrides`, `PrepareConfig` and
+`ServeLimits` are built once from options by `cli` and passed to the commands. Imports only the
+standard library and `errors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import tomllib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,6 +202,34 @@ class DecodeConfig:
             _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
 
 
+@dataclass
+class AverageConfig:
+    """Checkpoint averaging (§6.1: base the last 5, big the last 20)."""
+
+    last: int = 5
+    """How many of the latest checkpoints `nmt average --run` averages."""
+
+    def validate(self, where: str) -> None:
+        _check(self.last >= 1, where, "average.last", "must be at least 1")
+
+
+@dataclass
+class RunConfig:
+    """A whole recipe: one section per dataclass above."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    average: AverageConfig = field(default_factory=AverageConfig)
+
+    def validate(self, where: str) -> None:
+        for section in dataclasses.fields(self):
+            getattr(self, section.name).validate(where)
+
+
+# Settings the command line builds from options: not part of a recipe.
+
+
 @dataclass(frozen=True)
 class DecodeOverrides:
     """Decode settings given on the command line; None keeps the checkpoint's recipe value."""
@@ -235,29 +261,73 @@ class RuntimeConfig:
     workers: int = 1  # decoding processes (CPU); 0: one per core, of one thread each
 
 
-@dataclass
-class AverageConfig:
-    """Checkpoint averaging (§6.1: base the last 5, big the last 20)."""
+@dataclass(frozen=True)
+class PrepareConfig:
+    """What `nmt prepare` is asked for; the defaults are the command line's."""
 
-    last: int = 5
-    """How many of the latest checkpoints `nmt average --run` averages."""
+    train: tuple[str, ...]
+    """Prefixes of the training corpora (PREFIX.SRC and PREFIX.TGT each), binarized one after the
+    other into one train split; meta.json records where each begins."""
+    valid: str
+    src: str
+    tgt: str
+    out: Path
+    test: str | None = None
+    train_tags: tuple[str, ...] = ()
+    """Empty, or one per training corpus: a tag written before each of its source sentences ("" for
+    none), e.g. <BT> for back-translated text (Caswell et al., 2019)."""
+    reserve: tuple[str, ...] = ()
+    """Pieces a newly learned vocabulary keeps whole for tags of later corpora."""
+    spm_from: Path | None = None
+    """A checkpoint or prepared corpus whose sentencepiece model(s) encode this corpus: nothing is
+    learned, and the vocabulary options do not apply."""
+    vocab_size: int = 32000
+    joint: bool = True
+    character_coverage: float = 1.0
+    spm_sample: int = 2_000_000
+    max_len: int = 250
+    max_ratio: float = 2.0
+    workers: int = 1
+    errors: str = "strict"
+    byte_fallback: bool = True
+    normalization: str = "identity"
 
-    def validate(self, where: str) -> None:
-        _check(self.last >= 1, where, "average.last", "must be at least 1")
+    def __post_init__(self) -> None:
+        if isinstance(self.train, str):  # one prefix, as before several corpora were possible
+            object.__setattr__(self, "train", (self.train,))
 
 
-@dataclass
-class RunConfig:
-    """A whole recipe: one section per dataclass above."""
+@dataclass(frozen=True)
+class ServeLimits:
+    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    average: AverageConfig = field(default_factory=AverageConfig)
+    max_batch_tokens: int = 4096
+    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
+    max_wait_ms: float = 5.0
+    """How long the oldest waiting request waits for others to join its batch."""
+    max_queue: int = 1024
+    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
+    max_input_chars: int = 2000
+    """Longest line a request may send, in characters."""
+    max_lines: int = 256
+    """Most lines in one request."""
 
-    def validate(self, where: str) -> None:
-        for section in dataclasses.fields(self):
-            getattr(self, section.name).validate(where)
+    def validate(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_input_chars", "max_lines"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if not 0 <= self.max_wait_ms <= 60_000:
+            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
+        if self.max_lines > self.max_queue:
+            raise InputError(
+                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
+                "such a request could never be queued"
+            )
+
+    @property
+    def max_body_bytes(self) -> int:
+        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
+        return self.max_lines * (12 * self.max_input_chars + 8) + 1024
 
 
 def _check(ok: bool, where: str, key: str, problem: str) -> None:
@@ -268,125 +338,3 @@ def _check(ok: bool, where: str, key: str, problem: str) -> None:
 def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
     quoted = [f'"{c}"' for c in choices]
     _check(value in choices, where, key, f"'{value}': use {', '.join(quoted[:-1])} or {quoted[-1]}")
-
-
-def _coerce(value: object, annotation: str, key: str, where: str) -> object:
-    """Check a TOML value against a field's annotation; ints are accepted for floats."""
-
-    def bad() -> InputError:
-        return InputError(f"{where}: {key}: expected {annotation}, got {value!r}")
-
-    if annotation == "bool":
-        if not isinstance(value, bool):
-            raise bad()
-        return value
-    if annotation == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad()
-        return value
-    if annotation == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise bad()
-        return float(value)
-    if annotation == "str":
-        if not isinstance(value, str):
-            raise bad()
-        return value
-    if annotation == "list[float]":
-        if not isinstance(value, list) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in value
-        ):
-            raise bad()
-        return [float(v) for v in value]
-    raise AssertionError(f"unsupported annotation {annotation}")
-
-
-def from_dict(data: dict, where: str) -> RunConfig:
-    """Build and validate a RunConfig from nested dicts, rejecting unknown sections and keys."""
-    config = RunConfig()
-    sections = {f.name: f for f in dataclasses.fields(RunConfig)}
-    for section_name, values in data.items():
-        if section_name not in sections:
-            raise InputError(
-                f"{where}: unknown section [{section_name}]; valid sections: {', '.join(sections)}"
-            )
-        if not isinstance(values, dict):
-            raise InputError(f"{where}: [{section_name}] must be a table of keys")
-        section = getattr(config, section_name)
-        fields = {f.name: f.type for f in dataclasses.fields(section)}
-        for key, value in values.items():
-            if key not in fields:
-                raise InputError(
-                    f"{where}: unknown key {section_name}.{key}; valid keys: {', '.join(fields)}"
-                )
-            setattr(section, key, _coerce(value, str(fields[key]), f"{section_name}.{key}", where))
-    config.validate(where)
-    return config
-
-
-def parse_override(text: str) -> tuple[str, str, object]:
-    """Split `section.key=value`; the value is read as TOML, else taken as a plain string."""
-    name, sep, raw = text.partition("=")
-    section, dot, key = name.strip().partition(".")
-    if not sep or not dot or not section or not key:
-        raise InputError(f"--set {text!r}: expected section.key=value, e.g. --set train.max_updates=500")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return section, key, value
-
-
-def with_overrides(data: dict, overrides: typing.Sequence[str], where: str) -> RunConfig:
-    """Apply `--set section.key=value` overrides to nested dicts, then build and validate the config."""
-    data = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
-    for text in overrides:
-        section, key, value = parse_override(text)
-        data.setdefault(section, {})
-        if not isinstance(data[section], dict):
-            raise InputError(f"--set {text!r}: [{section}] is not a section")
-        data[section][key] = value
-    if overrides:
-        where = f"{where} (with --set)"
-    return from_dict(data, where)
-
-
-def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunConfig:
-    """Read a recipe file (or the defaults when `path` is None) and apply `--set` overrides."""
-    data: dict = {}
-    if path is not None:
-        if not path.is_file():
-            raise InputError(
-                f"recipe {path}: not found or not a file; give a .toml recipe, e.g. "
-                "recipes/multi30k/small.toml"
-            )
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"recipe {path}: not valid TOML ({err})") from None
-    return with_overrides(data, overrides, str(path) if path is not None else "defaults")
-
-
-def to_dict(config: RunConfig) -> dict:
-    return dataclasses.asdict(config)
-
-
-def dump_toml(config: RunConfig) -> str:
-    """The resolved config as TOML that `load_recipe` reads back."""
-    lines: list[str] = []
-    for section, values in to_dict(config).items():
-        lines.append(f"[{section}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return repr(value)

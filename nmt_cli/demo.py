@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from nmt_cli.commands import average, prepare, score, train, translate
-from nmt_cli.config import DecodeOverrides, RuntimeConfig
+from nmt_cli.config import DecodeOverrides, PrepareConfig, RuntimeConfig
 from nmt_cli.errors import NmtError
 
 ONES_EN = (
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         make_corpus(out / "corpus", {"train": args.train_size, "valid": 300, "test": 500})
         print("2/5 nmt prepare", file=sys.stderr)
         c = out / "corpus"
-        config = prepare.PrepareConfig(
+        config = PrepareConfig(
             train=(str(c / "train"),),
             valid=str(c / "valid"),
             test=str(c / "test"),

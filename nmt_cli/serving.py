@@ -23,13 +23,12 @@ import math
 import signal
 import socket
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
 from nmt_cli.batcher import Batcher, Closed, DecodeKey, QueueFull
-from nmt_cli.config import DecodeConfig
+from nmt_cli.config import DecodeConfig, ServeLimits
 from nmt_cli.errors import InputError, NmtError
 
 if TYPE_CHECKING:
@@ -44,39 +43,6 @@ MAX_BEAM = 64  # a bound on the work and memory one request can ask for
 RETRY_AFTER_S = 1
 FIELDS = ("text", "beam", "lenpen", "nbest")
 log = logging.getLogger("nmt_cli.serving")
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
-
-    max_batch_tokens: int = 4096
-    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
-    max_wait_ms: float = 5.0
-    """How long the oldest waiting request waits for others to join its batch."""
-    max_queue: int = 1024
-    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
-    max_input_chars: int = 2000
-    """Longest line a request may send, in characters."""
-    max_lines: int = 256
-    """Most lines in one request."""
-
-    def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_input_chars", "max_lines"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0 <= self.max_wait_ms <= 60_000:
-            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
-        if self.max_lines > self.max_queue:
-            raise InputError(
-                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
-                "such a request could never be queued"
-            )
-
-    @property
-    def max_body_bytes(self) -> int:
-        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
-        return self.max_lines * (12 * self.max_input_chars + 8) + 1024
 
 
 class BadRequest(Exception):

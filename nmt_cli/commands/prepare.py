@@ -6,8 +6,8 @@ grow with the corpus), filters train pairs the way Moses' clean-corpus-n.perl do
 publishes the result atomically with meta.json last. A re-run with the same inputs and
 options reuses the finished corpus. Several training corpora go one after the other into the
 train split, each optionally tagged; --spm-from encodes with an existing vocabulary instead of
-learning one. Imports numpy, sentencepiece, `data`, `report` and `errors` (and `checkpoint`
-for --spm-from CKPT).
+learning one. Imports numpy, sentencepiece, `config`, `data`, `report` and `errors` (and
+`checkpoint` for --spm-from CKPT).
 """
 
 from __future__ import annotations
@@ -19,48 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from nmt_cli import __version__, vocabulary
+from nmt_cli.config import PrepareConfig
 from nmt_cli.data import corpus, spm, text
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.report import Reporter
 from nmt_cli.vocabulary import CHUNK, SEED, UTF8_HINT
 
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
-
-
-@dataclass(frozen=True)
-class PrepareConfig:
-    """What `nmt prepare` is asked for; the defaults are the command line's."""
-
-    train: tuple[str, ...]
-    """Prefixes of the training corpora (PREFIX.SRC and PREFIX.TGT each), binarized one after the
-    other into one train split; meta.json records where each begins."""
-    valid: str
-    src: str
-    tgt: str
-    out: Path
-    test: str | None = None
-    train_tags: tuple[str, ...] = ()
-    """Empty, or one per training corpus: a tag written before each of its source sentences ("" for
-    none), e.g. <BT> for back-translated text (Caswell et al., 2019)."""
-    reserve: tuple[str, ...] = ()
-    """Pieces a newly learned vocabulary keeps whole for tags of later corpora."""
-    spm_from: Path | None = None
-    """A checkpoint or prepared corpus whose sentencepiece model(s) encode this corpus: nothing is
-    learned, and the vocabulary options do not apply."""
-    vocab_size: int = 32000
-    joint: bool = True
-    character_coverage: float = 1.0
-    spm_sample: int = 2_000_000
-    max_len: int = 250
-    max_ratio: float = 2.0
-    workers: int = 1
-    errors: str = "strict"
-    byte_fallback: bool = True
-    normalization: str = "identity"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, str):  # one prefix, as before several corpora were possible
-            object.__setattr__(self, "train", (self.train,))
 
 
 def run(cfg: PrepareConfig, quiet: bool = False) -> None:

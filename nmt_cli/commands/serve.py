@@ -13,10 +13,9 @@ import ipaddress
 from pathlib import Path
 
 from nmt_cli import serving
-from nmt_cli.config import RuntimeConfig
+from nmt_cli.config import RuntimeConfig, ServeLimits
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.report import Reporter
-from nmt_cli.serving import ServeLimits
 from nmt_cli.translator import decoding_workers, default_precision, load_translator
 
 

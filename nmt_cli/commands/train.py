@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import RunConfig, RuntimeConfig, dump_toml, load_recipe, to_dict, with_overrides
+from nmt_cli.config import RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.files import atomic_write
 from nmt_cli.model import Transformer, count_parameters
+from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import Reporter
 from nmt_cli.training import distributed
 from nmt_cli.training.distributed import World

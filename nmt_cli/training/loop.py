@@ -1,11 +1,10 @@
 """The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
 
-`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them
-(`update_freq` x world size under torchrun, shared out among the processes), accumulate
-gradients normalised by the update's target tokens, step Adam with the schedule's learning
-rate, then log, validate, save and check the stop conditions. With several processes only
-rank 0 logs, validates and saves; `distributed.py` holds the collectives.
-Imports torch, the model, data, search, checkpoint, config, errors and report.
+`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them (`update_freq` x
+world size under torchrun, shared out among the processes), accumulate gradients normalised by the
+update's target tokens, step Adam with the schedule's learning rate, then log, validate, save and check
+the stop conditions. With several processes only rank 0 logs, validates and saves; `distributed.py`
+holds the collectives. Imports torch, the model, data, checkpoint, config, recipe, errors and report.
 """
 
 from __future__ import annotations
@@ -19,11 +18,12 @@ from pathlib import Path
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import PAD_ID, RunConfig, TrainConfig, to_dict
+from nmt_cli.config import PAD_ID, RunConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.errors import RunFailure
 from nmt_cli.model import Transformer
+from nmt_cli.recipe import to_dict
 from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import distributed
 from nmt_cli.training.distributed import World

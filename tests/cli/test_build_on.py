@@ -23,11 +23,11 @@ from conftest import (
 )
 
 from nmt_cli import checkpoint, vocabulary
-from nmt_cli.config import load_recipe
 from nmt_cli.data import corpus as corpus_io
 from nmt_cli.data import spm
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.model import Transformer
+from nmt_cli.recipe import load_recipe
 from nmt_cli.training.validate import valid_loss
 
 TAG = "<BT>"

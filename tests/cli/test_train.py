@@ -26,10 +26,10 @@ from conftest import (
 )
 
 from nmt_cli import checkpoint
-from nmt_cli.config import load_recipe
 from nmt_cli.data import corpus as corpus_io
 from nmt_cli.data.batching import make_batches
 from nmt_cli.model import Transformer
+from nmt_cli.recipe import load_recipe
 
 
 def _lines(path: Path) -> list[str]:

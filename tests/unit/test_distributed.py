@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from nmt_cli.commands import prepare
+from nmt_cli.config import PrepareConfig
 from nmt_cli.data import corpus
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.demo import make_corpus
@@ -99,7 +100,7 @@ needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ddp")
     make_corpus(root / "corpus", {"train": 300, "valid": 20})
-    config = prepare.PrepareConfig(
+    config = PrepareConfig(
         train=(str(root / "corpus" / "train"),),
         valid=str(root / "corpus" / "valid"),
         src="en",

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt_cli.config import RunConfig, load_recipe
+from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer, count_parameters
+from nmt_cli.recipe import load_recipe
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 RECIPES = sorted(RECIPES_DIR.rglob("*.toml"))
