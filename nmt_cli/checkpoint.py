@@ -4,7 +4,8 @@ A checkpoint is self-contained: the resolved run config, the model weights, the 
 model bytes and, for training checkpoints, the optimizer, loss scaler, RNG states and data
 position. `Checkpoint` is its one typed form: `to_dict` and `from_dict` are the only code that
 knows the on-disk keys. It is saved atomically (temporary file, fsync, rename) and loaded with
-`weights_only=True`, so loading runs no pickled code. Imports torch, `config`, `recipe`, `errors` and `files`.
+`weights_only=True`, so loading runs no pickled code.
+Imports torch, `config`, `recipe`, `errors` and `files`.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from typing import Any
 
 import torch
 
+from nmt_cli import recipe
 from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import atomic_write, process_alive
-from nmt_cli.recipe import from_dict
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
 NOT_OURS = "; give a .pt file written by `nmt train` or `nmt average`"
-TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # save()'s and the training loop's
+TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # atomic_write's and replace_with_link's
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Checkpoint:
     model: dict[str, torch.Tensor]
     spm: dict[str, bytes]
     """Serialized sentencepiece models, "src" and "tgt"."""
+    languages: tuple[str, str] | None = None
+    """(source, target) of the corpus it was trained on; None in checkpoints written before
+    checkpoints recorded them."""
     progress: dict[str, Any] | None = None
     """Where training stood (training.loop.Progress as a dict); None for an average."""
     train_state: TrainState | None = None
@@ -61,7 +65,7 @@ class Checkpoint:
 
     def run_config(self, path: Path) -> RunConfig:
         """The run config, validated like a recipe."""
-        return from_dict(self.config, f"checkpoint {path}")
+        return recipe.from_dict(self.config, f"checkpoint {path}")
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -78,6 +82,8 @@ class Checkpoint:
             payload.update(optimizer=state.optimizer, scaler=state.scaler, rng=state.rng)
         if self.averaged_from is not None:
             payload["averaged_from"] = self.averaged_from
+        if self.languages is not None:
+            payload["languages"] = list(self.languages)
         return payload
 
     @classmethod
@@ -95,6 +101,11 @@ class Checkpoint:
         spm = payload.get("spm")
         if not isinstance(spm, dict) or not all(isinstance(spm.get(side), bytes) for side in ("src", "tgt")):
             raise InputError(f"checkpoint {path}: no sentencepiece models inside{NOT_OURS}")
+        languages = payload.get("languages")
+        if languages is not None and not (
+            isinstance(languages, list) and len(languages) == 2 and all(isinstance(x, str) for x in languages)
+        ):
+            raise InputError(f"checkpoint {path}: its languages are not a (source, target) pair{NOT_OURS}")
         state = None
         if all(key in payload for key in ("optimizer", "scaler", "rng")):
             state = TrainState(payload["optimizer"], payload["scaler"], payload["rng"])
@@ -106,6 +117,7 @@ class Checkpoint:
             progress=payload.get("progress"),
             train_state=state,
             averaged_from=payload.get("averaged_from"),
+            languages=(languages[0], languages[1]) if languages is not None else None,
         )
 
 
@@ -186,14 +198,18 @@ def average(paths: list[Path]) -> Checkpoint:
     first = load(paths[0])
     total = {name: t.float().clone() for name, t in first.model.items()}
     sources = [{"path": str(paths[0]), "update": first.update}]
+    languages = first.languages
     for path in paths[1:]:
         ckpt = load(path)
         _check_compatible(first, paths[0], ckpt, path)
+        languages = languages or ckpt.languages  # a run resumed by a newer nmt records them midway
         for name, tensor in ckpt.model.items():
             total[name] += tensor.float()
         sources.append({"path": str(path), "update": ckpt.update})
     averaged = {name: (t / len(paths)).to(first.model[name].dtype) for name, t in total.items()}
-    return Checkpoint("average", first.config, averaged, first.spm, averaged_from=sources)
+    return Checkpoint(
+        "average", first.config, averaged, first.spm, averaged_from=sources, languages=languages
+    )
 
 
 def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, path: Path) -> None:
@@ -205,6 +221,9 @@ def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, pa
             )
     if other.spm != first.spm:
         raise InputError(f"{prefix}: they were trained with different sentencepiece models")
+    if None not in (first.languages, other.languages) and first.languages != other.languages:
+        directions = [f"{ckpt.languages[0]}-{ckpt.languages[1]}" for ckpt in (first, other) if ckpt.languages]
+        raise InputError(f"{prefix}: they translate different directions ({' vs '.join(directions)})")
     for name, tensor in first.model.items():
         theirs = other.model.get(name)
         if theirs is None or theirs.shape != tensor.shape:

@@ -1,8 +1,9 @@
 """Typed configuration: the recipe schema, and the settings objects the command line builds.
 
 The recipe dataclasses (`RunConfig` and its sections) are the only schema of a recipe; `recipe`
-reads and writes them as TOML. `RuntimeConfig`, `DecodeOverrides`, `PrepareConfig` and
-`ServeLimits` are built once from options by `cli` and passed to the commands. Imports only the
+reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig`, `PrepareConfig` and
+`ServeLimits` hold what the command line asks for: `cli` builds them from options and hands them
+to the commands; none is part of a recipe. Also the fixed sentencepiece ids. Imports only the
 standard library and `errors`.
 """
 
@@ -227,6 +228,16 @@ class RunConfig:
             getattr(self, section.name).validate(where)
 
 
+def _check(ok: bool, where: str, key: str, problem: str) -> None:
+    if not ok:
+        raise InputError(f"{where}: {key}: {problem}")
+
+
+def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
+    quoted = [f'"{c}"' for c in choices]
+    _check(value in choices, where, key, f"'{value}': use {', '.join(quoted[:-1])} or {quoted[-1]}")
+
+
 # Settings the command line builds from options: not part of a recipe.
 
 
@@ -328,13 +339,3 @@ class ServeLimits:
     def max_body_bytes(self) -> int:
         # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
         return self.max_lines * (12 * self.max_input_chars + 8) + 1024
-
-
-def _check(ok: bool, where: str, key: str, problem: str) -> None:
-    if not ok:
-        raise InputError(f"{where}: {key}: {problem}")
-
-
-def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
-    quoted = [f'"{c}"' for c in choices]
-    _check(value in choices, where, key, f"'{value}': use {', '.join(quoted[:-1])} or {quoted[-1]}")

@@ -37,6 +37,15 @@ def atomic_write(path: Path, binary: bool = False, durable: bool = False) -> Ite
             tmp.unlink(missing_ok=True)
 
 
+def replace_with_link(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source` (a hard link) without a moment where `target` is
+    missing: the link is made under `.NAME.link-PID`, then renamed."""
+    tmp = target.with_name(f".{target.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.link(source, tmp)
+    os.replace(tmp, target)
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a rename inside `directory` survive a power loss."""
     fd = os.open(directory, os.O_RDONLY)

@@ -1,7 +1,7 @@
 """Recipes on disk: TOML into a validated `RunConfig` (with `--set` overrides) and back out.
 
-A recipe has the sections [model], [train], [decode] and [average], one per dataclass of `config`;
-unknown sections and keys, wrong types and impossible values fail here, naming the file and
+A recipe has the sections [model], [train], [decode] and [average], the fields of `RunConfig`;
+unknown sections and keys, wrong types and impossible values fail on loading, naming the file and
 `section.key`. The same nested dicts are what checkpoints store. Imports only the standard library,
 `config` and `errors`.
 """

@@ -3,7 +3,8 @@ uvicorn server that runs it.
 
     POST /translate  {"text": [...], "beam"?, "lenpen"?, "nbest"?}  ->  {"translations": [...]}
     GET  /health     200 with the batch counters while the server is up (the model is loaded first)
-    GET  /info       model paths, vocabulary sizes, model and decode settings, precision, version
+    GET  /info       model paths, languages, vocabulary sizes, model and decode settings, precision,
+                     version
 
 Every request is checked in full here before anything reaches the model; a bad one gets a 4xx
 with `{"error": "FIELD: what is wrong"}`, a full queue a 503 with Retry-After. The event loop only
@@ -125,6 +126,7 @@ def describe_model(translator: "Translator", models: Sequence[Path]) -> dict[str
         "models": [str(path) for path in models],
         "device": str(translator.device),
         "precision": translator.precision,
+        "languages": list(translator.languages) if translator.languages else None,
         "src_vocab_size": translator.src_spm.get_piece_size(),
         "tgt_vocab_size": translator.tgt_spm.get_piece_size(),
         "model": [dataclasses.asdict(model.cfg) for model in translator.ensemble.models],

@@ -64,6 +64,8 @@ class Translator:
     tgt_spm: SentencePieceProcessor
     device: torch.device
     precision: str
+    languages: tuple[str, str] | None = None
+    """(source, target) of the training corpus; None for checkpoints that do not record it."""
     truncated: int = 0
     """Input lines cut to the model's longest source so far."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -222,7 +224,7 @@ def load_translator(
     check_precision(precision, device, PRECISIONS)
     if precision == "int8" and device.type != "cpu":
         raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, cfg = [], None, None
+    models, spm_models, cfg, languages = [], None, None, None
     for path in paths:
         ckpt = checkpoint.load(path)
         run_cfg = ckpt.run_config(path)
@@ -233,6 +235,9 @@ def load_translator(
                 f"cannot ensemble {paths[0]} and {path}: they were trained with different "
                 "sentencepiece models"
             )
+        if None not in (languages, ckpt.languages) and languages != ckpt.languages:
+            raise InputError(f"cannot ensemble {paths[0]} and {path}: they translate different directions")
+        languages = languages or ckpt.languages
         model = Transformer(run_cfg.model)
         model.load_state_dict(ckpt.model)
         models.append(for_decoding(model.eval().to(device), precision))
@@ -244,6 +249,7 @@ def load_translator(
         spm.load_processor(spm_models["tgt"]),
         device,
         precision,
+        languages,
     )
 
 

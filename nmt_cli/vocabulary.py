@@ -22,31 +22,33 @@ CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, smal
 
 
 def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
-    """The (src, tgt) sentencepiece models of --spm-from: a prepared corpus (the other direction
-    will do) or a checkpoint (which does not record its languages: its models are taken as they
-    are, source for source)."""
+    """The (src, tgt) sentencepiece models of --spm-from: a prepared corpus or a checkpoint, of this
+    direction or the other. A checkpoint written before checkpoints recorded their languages gives
+    its models as they are, source for source."""
     if path.is_dir():
         try:
             meta = corpus.load_meta(path)
         except InputError as err:
             raise InputError(f"--spm-from {err}") from None
+        languages: tuple[str, str] | None = (meta.src, meta.tgt)
         models = spm.read_models(path, meta)
-        if meta.joint or (meta.src, meta.tgt) == (src, tgt):
-            return models
-        if (meta.src, meta.tgt) == (tgt, src):
-            return models[1], models[0]
-        raise InputError(
-            f"--spm-from {path}: its vocabularies are for {meta.src} and {meta.tgt}, not {src} and {tgt}; "
-            "give a corpus or checkpoint of these languages"
-        )
-    if not path.is_file():
+    elif not path.is_file():
         raise InputError(
             f"--spm-from {path}: not found; give a checkpoint (.pt) or a directory written by `nmt prepare`"
         )
-    from nmt_cli import checkpoint  # imported on use: torch is slow to load
+    else:
+        from nmt_cli import checkpoint  # imported on use: torch is slow to load
 
-    ckpt = checkpoint.load(path)
-    return ckpt.spm["src"], ckpt.spm["tgt"]
+        ckpt = checkpoint.load(path)
+        models, languages = (ckpt.spm["src"], ckpt.spm["tgt"]), ckpt.languages
+    if models[0] == models[1] or languages is None or languages == (src, tgt):
+        return models
+    if languages == (tgt, src):
+        return models[1], models[0]
+    raise InputError(
+        f"--spm-from {path}: its vocabularies are for {languages[0]} and {languages[1]}, not {src} and "
+        f"{tgt}; give a corpus or checkpoint of these languages"
+    )
 
 
 def check_tags(processor: SentencePieceProcessor, tags: list[str], spm_from: str | None) -> None:

@@ -169,6 +169,7 @@ def open_session(
         valid_data=valid_data,
         run_dir=out,
         spm_models={"src": src_model, "tgt": tgt_model},
+        languages=(meta.src, meta.tgt),
         device=dev,
         reporter=reporter,
         tgt_processor=spm.load_processor(tgt_model),

@@ -10,18 +10,19 @@ holds the collectives. Imports torch, the model, data, checkpoint, config, recip
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from sentencepiece import SentencePieceProcessor
 
 from nmt_cli import checkpoint
 from nmt_cli.config import PAD_ID, RunConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.errors import RunFailure
+from nmt_cli.files import replace_with_link
 from nmt_cli.model import Transformer
 from nmt_cli.recipe import to_dict
 from nmt_cli.report import MetricsLog, Reporter
@@ -64,12 +65,14 @@ class Session:
     cfg: RunConfig
     train_data: ParallelSplit
     valid_data: ParallelSplit
+    languages: tuple[str, str]
+    """(source, target) of the corpus, recorded in every checkpoint."""
     run_dir: Path
     spm_models: dict[str, bytes]
     device: torch.device
     reporter: Reporter
-    tgt_processor: object
-    """sentencepiece processor of the target side, for validation BLEU."""
+    tgt_processor: SentencePieceProcessor
+    """The target side's, for validation BLEU."""
     world: World = field(default_factory=World)
     """This process's place among the torchrun processes (one process by default)."""
     corpus_sizes: list[int] = field(default_factory=list)
@@ -379,22 +382,16 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     ckpt_dir = s.run_dir / "checkpoints"
     state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
     ckpt = checkpoint.Checkpoint(
-        "train", to_dict(s.cfg), model.state_dict(), s.spm_models, asdict(progress), state
+        "train", to_dict(s.cfg), model.state_dict(), s.spm_models, s.languages, asdict(progress), state
     )
     path = ckpt_dir / checkpoint.numbered_name(progress.update)
     checkpoint.save(ckpt, path)
-    _replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
+    replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
     checkpoint.prune(ckpt_dir, s.cfg.train.keep_last)
 
 
 def _save_best(s: Session, progress: Progress) -> None:
-    ckpt = checkpoint.Checkpoint("best", to_dict(s.cfg), s.model.state_dict(), s.spm_models, asdict(progress))
+    ckpt = checkpoint.Checkpoint(
+        "best", to_dict(s.cfg), s.model.state_dict(), s.spm_models, s.languages, asdict(progress)
+    )
     checkpoint.save(ckpt, s.run_dir / "checkpoints" / "checkpoint_best.pt")
-
-
-def _replace_with_link(source: Path, target: Path) -> None:
-    """Make `target` the same file as `source` without a moment where `target` is missing."""
-    tmp = target.with_name(f".{target.name}.link-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    os.link(source, tmp)
-    os.replace(tmp, target)

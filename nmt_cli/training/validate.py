@@ -1,6 +1,6 @@
 """Validation: loss and perplexity on the valid split, and sacreBLEU of its translations.
 
-Imports torch, sacrebleu, the model, data, search and config.
+Imports torch, sacrebleu, sentencepiece (for its type), the model, data, search and config.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 
 import sacrebleu
 import torch
+from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.config import PAD_ID, RunConfig
 from nmt_cli.data.batching import collate, make_batches
@@ -43,7 +44,11 @@ def valid_loss(
 
 
 def validate(
-    model: Transformer, data: ParallelSplit, cfg: RunConfig, device: torch.device, tgt_processor
+    model: Transformer,
+    data: ParallelSplit,
+    cfg: RunConfig,
+    device: torch.device,
+    tgt_processor: SentencePieceProcessor,
 ) -> dict[str, float]:
     """Loss, perplexity and (if train.valid_bleu) sacreBLEU's BLEU and chrF of the decoded valid set.
 

@@ -131,3 +131,33 @@ def test_a_parameter_of_another_shape_is_refused_by_name(
     line = one_line_error(capsys)
     assert name in line and "shape" in line
     assert not output.exists()
+
+
+def test_a_run_records_its_languages_and_the_average_keeps_them(trained: TrainedRun, tmp_path: Path) -> None:
+    assert checkpoint.load(trained.checkpoint).languages == ("src", "tgt")
+    best = trained.run_dir / "checkpoints" / "checkpoint_best.pt"
+    assert checkpoint.load(best).languages == ("src", "tgt")
+    output = tmp_path / "avg.pt"
+    assert average("--run", trained.run_dir, "--last", 2, "-o", output) == 0
+    assert checkpoint.load(output).languages == ("src", "tgt")
+
+
+def test_checkpoints_of_opposite_directions_are_refused(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A joint vocabulary serves both directions, so the sentencepiece models alone cannot tell."""
+    payload = checkpoint.load(trained.checkpoint)
+    payload.languages = ("tgt", "src")
+    reverse = tmp_path / "reverse.pt"
+    checkpoint.save(payload, reverse)
+    output = tmp_path / "avg.pt"
+    capsys.readouterr()
+    assert nmt("average", trained.checkpoint, reverse, "-o", output) == 2
+    assert "src-tgt vs tgt-src" in one_line_error(capsys)
+    assert not output.exists()
+    # One written before checkpoints recorded languages averages with either.
+    payload.languages = None
+    old = tmp_path / "old.pt"
+    checkpoint.save(payload, old)
+    assert average(old, trained.checkpoint, "-o", output) == 0
+    assert checkpoint.load(output).languages == ("src", "tgt")

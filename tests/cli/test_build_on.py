@@ -22,7 +22,8 @@ from conftest import (
     write_split,
 )
 
-from nmt_cli import checkpoint, vocabulary
+from nmt_cli import checkpoint, recipe, vocabulary
+from nmt_cli.config import RunConfig
 from nmt_cli.data import corpus as corpus_io
 from nmt_cli.data import spm
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
@@ -174,21 +175,30 @@ def test_spm_from_a_joint_corpus_of_the_opposite_direction(
     assert (out / "train.tgt.bin").read_bytes() == (corpus.data / "train.src.bin").read_bytes()
 
 
+def _cased(root: Path) -> tuple[Path, list[str], list[str]]:
+    """A corpus prepared with separate vocabularies: lower-case sources, upper-case targets."""
+    lower = sentences(300, seed=31)
+    upper = [line.upper() for line in lower]
+    write_split(root / "train", lower, upper)
+    write_split(root / "valid", lower[:20], upper[:20])
+    forward = root / "forward"
+    assert _prepare(forward, root / "train", valid=root / "valid", extra=("--no-joint",)) == 0
+    assert corpus_io.load_meta(forward).joint is False
+    return forward, lower, upper
+
+
+def _prepare_backward(root: Path, spm_from: Path) -> int:
+    args = ["-q", "prepare", "--train", root / "train", "--valid", root / "valid"]
+    return nmt(*args, "--src", "tgt", "--tgt", "src", "--out", root / "backward", "--spm-from", spm_from)
+
+
 def test_spm_from_a_separate_vocabulary_corpus_of_the_opposite_direction_swaps_the_models(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lower = sentences(300, seed=31)
-    upper = [line.upper() for line in lower]
-    write_split(tmp_path / "train", lower, upper)  # .src lower case, .tgt upper case
-    write_split(tmp_path / "valid", lower[:20], upper[:20])
-    forward = tmp_path / "forward"
-    assert _prepare(forward, tmp_path / "train", valid=tmp_path / "valid", extra=("--no-joint",)) == 0
-    assert corpus_io.load_meta(forward).joint is False
+    forward, lower, upper = _cased(tmp_path)
     monkeypatch.setattr(vocabulary, "learn", _no_learning)
+    assert _prepare_backward(tmp_path, forward) == 0
     backward = tmp_path / "backward"
-    args = ["-q", "prepare", "--train", tmp_path / "train", "--valid", tmp_path / "valid"]
-    args += ["--src", "tgt", "--tgt", "src", "--out", backward, "--spm-from", forward]
-    assert nmt(*args) == 0
     meta = corpus_io.load_meta(backward)
     assert meta.joint is False and meta.spm == {"src": "spm.tgt.model", "tgt": "spm.src.model"}
     # Each language keeps its own model: the upper-case one now encodes the source side.
@@ -197,6 +207,39 @@ def test_spm_from_a_separate_vocabulary_corpus_of_the_opposite_direction_swaps_t
     assert _decoded(backward, "train", "src") == upper
     assert _decoded(backward, "train", "tgt") == lower
     assert 1 not in corpus_io.load_split(backward, "train").src.tokens  # no <unk>
+
+
+@pytest.mark.parametrize("recorded", [("src", "tgt"), None, ("en", "fr")], ids=["recorded", "old", "others"])
+def test_spm_from_a_separate_vocabulary_checkpoint_goes_by_its_languages(
+    recorded: tuple[str, str] | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    forward, lower, upper = _cased(tmp_path)
+    models = spm.read_models(forward, corpus_io.load_meta(forward))
+    ckpt = tmp_path / "forward.pt"
+    config = recipe.to_dict(RunConfig())
+    given = checkpoint.Checkpoint("average", config, {}, {"src": models[0], "tgt": models[1]}, recorded)
+    checkpoint.save(given, ckpt)
+    monkeypatch.setattr(vocabulary, "learn", _no_learning)
+    capsys.readouterr()
+    code = _prepare_backward(tmp_path, ckpt)
+    backward = tmp_path / "backward"
+    if recorded == ("en", "fr"):
+        assert code == 2
+        line = one_line_error(capsys)
+        assert "--spm-from" in line and "en and fr" in line and "not tgt and src" in line
+        assert not backward.exists()
+        return
+    assert code == 0
+    source_model = (backward / "spm.tgt.model").read_bytes()  # files are named by language
+    if recorded is None:  # no languages to go by: taken as it is, its source model for --src
+        assert source_model == models[0]
+        assert 1 in corpus_io.load_split(backward, "train").src.tokens  # upper case under the lower model
+    else:
+        assert source_model == models[1]
+        assert _decoded(backward, "train", "src") == upper and _decoded(backward, "train", "tgt") == lower
 
 
 def test_spm_from_a_missing_path_fails_in_one_line(

@@ -239,6 +239,20 @@ def test_an_ensemble_of_one_checkpoint_twice_decodes_like_the_checkpoint(
     assert double == single  # texts and scores
 
 
+def test_an_ensemble_of_opposite_directions_is_refused(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A joint vocabulary serves both directions: only the recorded languages tell them apart."""
+    reverse = checkpoint.load(trained.checkpoint)
+    reverse.languages = ("tgt", "src")
+    checkpoint.save(reverse, tmp_path / "reverse.pt")
+    args = ["-m", trained.checkpoint, "-m", tmp_path / "reverse.pt"]
+    code, out, err = translate_stdin(args, "apple river\n", capsys, monkeypatch)
+    assert code == 2 and out == ""
+    assert "different directions" in _one_line_error(err)
+    assert Translator.load(trained.checkpoint).languages == ("src", "tgt")
+
+
 def _one_line_error(err: str) -> str:
     assert "Traceback" not in err
     lines = err.strip().splitlines()

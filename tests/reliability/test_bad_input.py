@@ -273,6 +273,8 @@ def bad_checkpoints(trained: TrainedRun, tmp_path_factory: pytest.TempPathFactor
     newer = {**payload, "config": {**payload["config"], "model": {**payload["config"]["model"], "moe": 8}}}
     paths["an unknown config key"] = root / "newer.pt"
     torch.save(newer, paths["an unknown config key"])
+    paths["languages not a pair"] = root / "languages.pt"
+    torch.save({**payload, "languages": "en-de"}, paths["languages not a pair"])
     paths["a directory"] = root / "dir.pt"
     paths["a directory"].mkdir()
     paths["missing"] = root / "missing.pt"
@@ -291,8 +293,13 @@ CHECKPOINT_CASES = [
     "a torch file that is not nmt's",
     "format version 99",
     "an unknown config key",
+    "languages not a pair",
 ]
-MESSAGES = {"format version 99": "format version 99", "an unknown config key": "model.moe"}
+MESSAGES = {
+    "format version 99": "format version 99",
+    "an unknown config key": "model.moe",
+    "languages not a pair": "languages",
+}
 
 
 @pytest.mark.parametrize("case", CHECKPOINT_CASES)

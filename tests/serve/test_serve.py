@@ -71,6 +71,7 @@ def test_health_and_info_describe_the_model(server: Server, trained: TrainedRun,
     assert info["models"] == [str(trained.checkpoint)]
     assert info["version"] == nmt_cli.__version__
     assert info["precision"] == "fp32" and info["device"] == "cpu"
+    assert info["languages"] == ["src", "tgt"]
     assert info["src_vocab_size"] == offline.src_spm.get_piece_size() == 100
     assert info["model"][0]["d_model"] == 32 and info["decode"]["beam"] == 4
     assert info["limits"]["max_lines"] == MAX_LINES
