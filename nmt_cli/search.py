@@ -128,10 +128,12 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) ->
     """At step t (0-based): rows at their maximum length may only end (EOS); below min_len,
     rows may not end yet. `limit` holds each row's maximum length, EOS included."""
     forced = t + 1 >= limit
-    log_probs[forced, :EOS_ID] = float("-inf")
-    log_probs[forced, EOS_ID + 1 :] = float("-inf")
+    rows = forced.nonzero()[:, 0]
+    if rows.numel():  # by row index: a boolean-mask write would pass over every row's vocabulary
+        log_probs[rows, :EOS_ID] = float("-inf")
+        log_probs[rows, EOS_ID + 1 :] = float("-inf")
     if t < min_len:
-        log_probs[~forced, EOS_ID] = float("-inf")
+        log_probs[:, EOS_ID].masked_fill_(~forced, float("-inf"))
 
 
 @torch.inference_mode()
