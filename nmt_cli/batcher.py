@@ -10,7 +10,7 @@ lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once
 stays bounded under overload.
 
 Knows nothing of HTTP or of the model: the decode and token-count functions are given. Imports
-only the standard library.
+only the standard library (and, for a type, `search`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from nmt_cli.search import Sampling
 
 Result = TypeVar("Result")
 
@@ -33,6 +36,8 @@ class DecodeKey:
     beam: int
     lenpen: float
     nbest: int
+    sampling: Sampling | None = None
+    """Draw one translation per line instead of searching (then beam is 1)."""
 
 
 @dataclass

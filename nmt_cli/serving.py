@@ -2,6 +2,8 @@
 uvicorn server that runs it.
 
     POST /translate  {"text": [...], "beam"?, "lenpen"?, "nbest"?}  ->  {"translations": [...]}
+                     or {"text": [...], "sampling": "topk"|"topp", "topk"?, "topp"?, "temperature"?,
+                     "seed"?}: one translation drawn per line, as `nmt translate --sampling`
     GET  /health     200 with the batch counters while the server is up (the model is loaded first)
     GET  /info       model paths, languages, vocabulary sizes, model and decode settings, precision,
                      version
@@ -31,6 +33,7 @@ from nmt_cli import __version__
 from nmt_cli.batcher import Batcher, Closed, DecodeKey, QueueFull
 from nmt_cli.config import DecodeConfig, ServeLimits
 from nmt_cli.errors import InputError, NmtError
+from nmt_cli.search import SAMPLING_METHODS, Sampling
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -42,7 +45,8 @@ if TYPE_CHECKING:
 EXTRA = "pip install 'nmt-cli[serve]'"
 MAX_BEAM = 64  # a bound on the work and memory one request can ask for
 RETRY_AFTER_S = 1
-FIELDS = ("text", "beam", "lenpen", "nbest")
+SAMPLING_FIELDS = ("topk", "topp", "temperature", "seed")
+FIELDS = ("text", "beam", "lenpen", "nbest", "sampling", *SAMPLING_FIELDS)
 log = logging.getLogger("nmt_cli.serving")
 
 
@@ -94,27 +98,65 @@ def parse_request(body: bytes, limits: ServeLimits, defaults: DecodeConfig) -> t
             line.encode("utf-8")
         except UnicodeEncodeError:  # JSON allows "\ud800", which no tokenizer can take
             raise BadRequest(422, f"text[{i}]: not valid Unicode (a lone surrogate)") from None
+    lines = [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
     beam = _integer(data, "beam")
     nbest = _integer(data, "nbest") or 1
+    sampling = _sampling(data)
+    if sampling is not None:
+        if nbest > 1:
+            raise BadRequest(422, "nbest: sampling draws one translation per line; leave nbest out")
+        return lines, DecodeKey(1, defaults.lenpen, 1, sampling)
     lenpen = data.get("lenpen")
-    if lenpen is not None and (
-        isinstance(lenpen, bool) or not isinstance(lenpen, int | float) or not 0 <= lenpen < math.inf
-    ):
+    if lenpen is not None and not (_is_number(lenpen) and 0 <= lenpen < math.inf):
         raise BadRequest(422, "lenpen: must be a number, 0 or more")
     if beam is None:
         beam = max(defaults.beam, nbest)
     if nbest > beam:
         raise BadRequest(422, f"nbest: {nbest} is larger than the beam ({beam}); raise the beam")
     lenpen = defaults.lenpen if lenpen is None else float(lenpen)
-    # NUL becomes a space, as in `nmt translate`.
-    return [line.replace("\x00", " ") for line in text], DecodeKey(beam, lenpen, nbest)
+    return lines, DecodeKey(beam, lenpen, nbest)
+
+
+def _sampling(data: dict[str, Any]) -> Sampling | None:
+    """The sampling settings of a request, checked as `nmt translate --sampling` checks its options."""
+    method = data.get("sampling")
+    given = [name for name in SAMPLING_FIELDS if data.get(name) is not None]
+    if method is None:
+        if given:
+            raise BadRequest(422, f'{given[0]}: goes with "sampling": "topk" or "topp"')
+        return None
+    if method not in SAMPLING_METHODS:
+        raise BadRequest(422, 'sampling: must be "topk" or "topp"')
+    for name in ("beam", "lenpen"):
+        if data.get(name) is not None:
+            raise BadRequest(422, f"{name}: a setting of the search, which sampling replaces; leave it out")
+    other = "topp" if method == "topk" else "topk"
+    if other in given:
+        raise BadRequest(422, f'{other}: goes with "sampling": "{other}", not "{method}"')
+    checks = {
+        "topk": (lambda x: _is_int(x) and x >= 0, "an integer, 0 (the whole vocabulary) or more"),
+        "topp": (lambda x: _is_number(x) and 0 < x <= 1, "a number above 0 and at most 1"),
+        "temperature": (lambda x: _is_number(x) and 0 < x < math.inf, "a number above 0"),
+        "seed": (lambda x: _is_int(x) and abs(x) < 2**63, "an integer"),
+    }
+    for name in given:
+        ok, what = checks[name]
+        if not ok(data[name]):
+            raise BadRequest(422, f"{name}: must be {what}")
+    return Sampling(method, **{name: data[name] for name in given})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _integer(data: dict[str, Any], name: str) -> int | None:
     value = data.get(name)
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BEAM
-    ):
+    if value is not None and not (_is_int(value) and 1 <= value <= MAX_BEAM):
         raise BadRequest(422, f"{name}: must be an integer from 1 to {MAX_BEAM}")
     return value
 
@@ -143,7 +185,12 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
     def decode(lines: list[str], key: DecodeKey) -> "list[Hypotheses]":
         batch_tokens = limits.max_batch_tokens
         return translator.translate_nbest(
-            lines, key.nbest, beam=key.beam, lenpen=key.lenpen, batch_tokens=batch_tokens
+            lines,
+            key.nbest,
+            beam=key.beam,
+            lenpen=key.lenpen,
+            batch_tokens=batch_tokens,
+            sampling=key.sampling,
         )
 
     batcher: Batcher[Hypotheses] = Batcher(

@@ -21,6 +21,7 @@ from conftest import TrainedRun, nmt, one_thread, sentences
 from serve_helpers import Server, running_server
 
 import nmt_cli
+from nmt_cli.search import Sampling
 from nmt_cli.translator import Translator
 
 MAX_LINES = 8
@@ -122,6 +123,25 @@ def test_requests_with_different_settings_never_share_a_batch(server: Server, of
             assert got == translate_offline(offline, [line], beam=s.get("beam"), lenpen=s.get("lenpen"))
 
 
+def test_sampled_translations_are_the_python_apis_whatever_the_batch(
+    server: Server, offline: Translator
+) -> None:
+    lines = sentences(8, seed=13, min_words=3)
+    draw = {"sampling": "topk", "topk": 0, "temperature": 3.0, "seed": 5}
+    requests = [[line] for line in lines[:4]] + [lines[4:]]
+    before = server.stats()
+    responses = together([lambda text=text: server.post({"text": text, **draw}) for text in requests])
+    after = server.stats()
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    got = [text for r in responses for text in r.json()["translations"]]
+    want = translate_offline(offline, lines, sampling=Sampling("topk", topk=0, temperature=3.0, seed=5))
+    assert got == want  # drawn in shared batches, yet each line's draw is its own
+    assert after["merged_batches"] > before["merged_batches"]
+    assert want != translate_offline(offline, lines, beam=1)  # drawn, not searched
+    reseeded = server.post({"text": lines, **draw, "seed": 6})
+    assert reseeded.status_code == 200 and reseeded.json()["translations"] != want
+
+
 LONG = "a" * (MAX_INPUT_CHARS + 1)
 BAD_REQUESTS = [
     (b"{not json", 400, "body: "),
@@ -148,6 +168,17 @@ BAD_REQUESTS = [
     ({"text": ["apple"], "lenpen": "high"}, 422, "lenpen: "),
     (b'{"text": ["apple"], "lenpen": NaN}', 422, "lenpen: "),
     (b" " * 100_000, 413, "body: "),
+    ({"text": ["apple"], "sampling": "beam"}, 422, "sampling: "),
+    ({"text": ["apple"], "topk": 5}, 422, "topk: "),
+    ({"text": ["apple"], "sampling": "topk", "topp": 0.5}, 422, "topp: "),
+    ({"text": ["apple"], "sampling": "topk", "topk": -1}, 422, "topk: "),
+    ({"text": ["apple"], "sampling": "topk", "topk": 2.0}, 422, "topk: "),
+    ({"text": ["apple"], "sampling": "topp", "topp": 0}, 422, "topp: "),
+    ({"text": ["apple"], "sampling": "topp", "topp": 1.5}, 422, "topp: "),
+    ({"text": ["apple"], "sampling": "topk", "temperature": 0}, 422, "temperature: "),
+    ({"text": ["apple"], "sampling": "topk", "seed": "1"}, 422, "seed: "),
+    ({"text": ["apple"], "sampling": "topk", "beam": 4}, 422, "beam: "),
+    ({"text": ["apple"], "sampling": "topk", "nbest": 2}, 422, "nbest: "),
 ]
 
 
