@@ -198,11 +198,17 @@ def average(paths: list[Path]) -> Checkpoint:
     first = load(paths[0])
     total = {name: t.float().clone() for name, t in first.model.items()}
     sources = [{"path": str(paths[0]), "update": first.update}]
-    languages = first.languages
+    languages, languages_from = first.languages, paths[0]  # None in a checkpoint of an older nmt
     for path in paths[1:]:
         ckpt = load(path)
         _check_compatible(first, paths[0], ckpt, path)
-        languages = languages or ckpt.languages  # a run resumed by a newer nmt records them midway
+        if None not in (languages, ckpt.languages) and languages != ckpt.languages:
+            raise InputError(
+                f"cannot average {languages_from} and {path}: they translate different directions "
+                f"({'-'.join(languages or ())} vs {'-'.join(ckpt.languages or ())})"
+            )
+        if languages is None:
+            languages, languages_from = ckpt.languages, path
         for name, tensor in ckpt.model.items():
             total[name] += tensor.float()
         sources.append({"path": str(path), "update": ckpt.update})
@@ -221,9 +227,6 @@ def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, pa
             )
     if other.spm != first.spm:
         raise InputError(f"{prefix}: they were trained with different sentencepiece models")
-    if None not in (first.languages, other.languages) and first.languages != other.languages:
-        directions = [f"{ckpt.languages[0]}-{ckpt.languages[1]}" for ckpt in (first, other) if ckpt.languages]
-        raise InputError(f"{prefix}: they translate different directions ({' vs '.join(directions)})")
     for name, tensor in first.model.items():
         theirs = other.model.get(name)
         if theirs is None or theirs.shape != tensor.shape:

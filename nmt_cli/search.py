@@ -11,6 +11,7 @@ log-probabilities. Sampling (top-k, top-p) goes through the greedy path. Imports
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,7 +77,10 @@ class Sampling:
             (self.method in SAMPLING_METHODS, f"--sampling {self.method!r}: use topk or topp"),
             (self.topk >= 0, f"--topk {self.topk}: must be 0 (the whole vocabulary) or more"),
             (0.0 < self.topp <= 1.0, f"--topp {self.topp}: must be in (0, 1]"),
-            (self.temperature > 0.0, f"--temperature {self.temperature}: must be positive"),
+            (
+                0.0 < self.temperature < math.inf,
+                f"--temperature {self.temperature}: must be positive and finite",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -13,7 +13,8 @@ with `{"error": "FIELD: what is wrong"}`, a full queue a 503 with Retry-After. T
 checks, queues and awaits: decoding runs on the batcher's one thread. No endpoint touches files.
 
 fastapi and uvicorn are an optional extra, imported only inside functions so that the rest of the
-toolkit runs without them. Imports `batcher`, `config`, `errors` and (for types) `translator`.
+toolkit runs without them. Imports `batcher`, `config`, `errors`, `search` and (for types)
+`translator`.
 """
 
 import asyncio
@@ -81,6 +82,8 @@ def parse_request(body: bytes, limits: ServeLimits, defaults: DecodeConfig) -> t
         raise BadRequest(400, f"body: not valid UTF-8 (byte {err.start})") from None
     except RecursionError:
         raise BadRequest(400, "body: JSON nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise BadRequest(400, "body: a number with too many digits") from None
     if not isinstance(data, dict):
         raise BadRequest(422, 'body: must be a JSON object such as {"text": ["..."]}')
     unknown = sorted(set(data) - set(FIELDS))
@@ -136,14 +139,16 @@ def _sampling(data: dict[str, Any]) -> Sampling | None:
     checks = {
         "topk": (lambda x: _is_int(x) and x >= 0, "an integer, 0 (the whole vocabulary) or more"),
         "topp": (lambda x: _is_number(x) and 0 < x <= 1, "a number above 0 and at most 1"),
-        "temperature": (lambda x: _is_number(x) and 0 < x < math.inf, "a number above 0"),
-        "seed": (lambda x: _is_int(x) and abs(x) < 2**63, "an integer"),
+        "temperature": (lambda x: _is_number(x) and 0 < x < math.inf, "a finite number above 0"),
+        "seed": (_is_int, "an integer"),
     }
     for name in given:
         ok, what = checks[name]
         if not ok(data[name]):
             raise BadRequest(422, f"{name}: must be {what}")
-    return Sampling(method, **{name: data[name] for name in given})
+    settings: dict[str, Any] = {name: data[name] for name in given}
+    settings.update({name: float(settings[name]) for name in ("topp", "temperature") if name in settings})
+    return Sampling(method, **settings)
 
 
 def _is_int(value: object) -> bool:
@@ -151,7 +156,14 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number that is also a float (an integer past 1e308 is not)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _integer(data: dict[str, Any], name: str) -> int | None:
@@ -184,13 +196,10 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
 
     def decode(lines: list[str], key: DecodeKey) -> "list[Hypotheses]":
         batch_tokens = limits.max_batch_tokens
+        if key.sampling is not None:  # the search settings do not apply
+            return translator.translate_nbest(lines, batch_tokens=batch_tokens, sampling=key.sampling)
         return translator.translate_nbest(
-            lines,
-            key.nbest,
-            beam=key.beam,
-            lenpen=key.lenpen,
-            batch_tokens=batch_tokens,
-            sampling=key.sampling,
+            lines, key.nbest, beam=key.beam, lenpen=key.lenpen, batch_tokens=batch_tokens
         )
 
     batcher: Batcher[Hypotheses] = Batcher(

@@ -126,6 +126,8 @@ class Translator:
             sampling.validate()
             if nbest > 1:
                 raise InputError("sampling draws one translation per line: nbest must be 1")
+            if beam is not None or lenpen is not None:
+                raise InputError("beam and lenpen are settings of the search, which sampling replaces")
         settings = DecodeOverrides(beam=beam, lenpen=lenpen).apply(self.decode, "translate options")
         if beam is None and settings.beam < nbest:
             settings = DecodeOverrides(beam=nbest).apply(settings, "translate options")
@@ -224,7 +226,7 @@ def load_translator(
     check_precision(precision, device, PRECISIONS)
     if precision == "int8" and device.type != "cpu":
         raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, cfg, languages = [], None, None, None
+    models, spm_models, cfg, languages, languages_from = [], None, None, None, paths[0]
     for path in paths:
         ckpt = checkpoint.load(path)
         run_cfg = ckpt.run_config(path)
@@ -236,8 +238,11 @@ def load_translator(
                 "sentencepiece models"
             )
         if None not in (languages, ckpt.languages) and languages != ckpt.languages:
-            raise InputError(f"cannot ensemble {paths[0]} and {path}: they translate different directions")
-        languages = languages or ckpt.languages
+            raise InputError(
+                f"cannot ensemble {languages_from} and {path}: they translate different directions"
+            )
+        if languages is None:
+            languages, languages_from = ckpt.languages, path
         model = Transformer(run_cfg.model)
         model.load_state_dict(ckpt.model)
         models.append(for_decoding(model.eval().to(device), precision))

@@ -96,6 +96,12 @@ def open_session(
     src_model, tgt_model = spm.read_models(data, meta)
     # Before the config: a vocabulary of another size would otherwise be reported as a model
     # field. Equal vocabulary sizes are not enough: another model's ids mean other pieces.
+    languages = (meta.src, meta.tgt)
+    if resume is not None and resume.languages not in (None, languages):
+        raise InputError(
+            f"cannot resume {last}: the run translates {'-'.join(resume.languages)} and --data {data} is "
+            f"{'-'.join(languages)}; resume with the data the run was trained on, or use a new --out"
+        )
     if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != (src_model, tgt_model):
         raise InputError(
             f"cannot resume {last}: --data {data} was prepared with another sentencepiece model, so "
@@ -106,6 +112,12 @@ def open_session(
         and start is not None
         and (init.spm["src"], init.spm["tgt"]) != (src_model, tgt_model)
     ):
+        if init.languages == languages[::-1]:  # separate vocabularies, swapped by --spm-from
+            raise InputError(
+                f"--init-from {start.checkpoint}: it translates {'-'.join(init.languages)} with separate "
+                f"vocabularies, and --data {data} is {'-'.join(languages)}: its encoder cannot read "
+                f"{meta.src}; start from a {'-'.join(languages)} checkpoint"
+            )
         raise InputError(
             f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
             f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"

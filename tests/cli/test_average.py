@@ -161,3 +161,10 @@ def test_checkpoints_of_opposite_directions_are_refused(
     checkpoint.save(payload, old)
     assert average(old, trained.checkpoint, "-o", output) == 0
     assert checkpoint.load(output).languages == ("src", "tgt")
+    # The directions are compared with the first that records one, not only with the first.
+    output.unlink()
+    capsys.readouterr()
+    assert nmt("average", old, trained.checkpoint, reverse, "-o", output) == 2
+    line = one_line_error(capsys)
+    assert "different directions" in line and str(trained.checkpoint) in line and str(reverse) in line
+    assert not output.exists()

@@ -532,6 +532,39 @@ def test_init_from_data_of_another_sentencepiece_model_is_refused(
     assert not run_dir.exists()
 
 
+def test_a_run_refuses_to_resume_on_data_of_the_other_direction(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A joint vocabulary fits both directions: only the recorded languages tell them apart."""
+    reverse = tmp_path / "reverse"
+    args = ["-q", "prepare", "--train", corpus.raw / "train", "--valid", corpus.raw / "valid"]
+    assert nmt(*args, "--src", "tgt", "--tgt", "src", "--out", reverse, "--spm-from", corpus.data) == 0
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, *ONE_BATCH, "train.save_every_updates=1")) == 0
+    last = run_dir / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    capsys.readouterr()
+    assert nmt(*train_args(reverse, run_dir, *ONE_BATCH, "train.max_updates=2", quiet=False)) == 2
+    line = one_line_error(capsys)
+    assert "cannot resume" in line and "translates src-tgt" in line and "is tgt-src" in line
+    assert last.read_bytes() == before
+
+
+def test_init_from_a_separate_vocabulary_checkpoint_of_the_other_direction_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forward, _, _ = _cased(tmp_path)
+    assert nmt(*train_args(forward, tmp_path / "run", *ONE_BATCH, "train.save_every_updates=1")) == 0
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint_last.pt"
+    assert _prepare_backward(tmp_path, ckpt) == 0  # its models, swapped to fit
+    capsys.readouterr()
+    code = nmt(*_init_from(tmp_path / "backward", tmp_path / "tuned", ckpt, *ONE_BATCH, quiet=False))
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "--init-from" in line and "translates src-tgt" in line and "encoder cannot read tgt" in line
+    assert not (tmp_path / "tuned").exists()
+
+
 def test_init_from_with_another_architecture_is_refused(
     fine: Path, trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -98,9 +98,19 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_lines(
 
 
 def test_requests_with_different_settings_never_share_a_batch(server: Server, offline: Translator) -> None:
-    lines = sentences(6, seed=12)
+    lines = sentences(8, seed=12)
     two_best = {"nbest": 2, "beam": 2}
-    settings: list[dict[str, Any]] = [{}, {}, {"beam": 1}, {"beam": 1}, two_best, {"lenpen": 1.0}]
+    drawn, redrawn = {"sampling": "topk", "topk": 0, "temperature": 3.0}, {"sampling": "topk", "seed": 2}
+    settings: list[dict[str, Any]] = [
+        {},
+        {},
+        {"beam": 1},
+        {"beam": 1},
+        two_best,
+        {"lenpen": 1.0},
+        drawn,
+        redrawn,
+    ]
     before = server.stats()
     responses = together(
         [
@@ -110,8 +120,8 @@ def test_requests_with_different_settings_never_share_a_batch(server: Server, of
     )
     after = server.stats()
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
-    # Four distinct settings, sent together: mixing would need fewer than four decode calls.
-    assert after["batches"] - before["batches"] >= 4
+    # Six distinct settings, sent together: mixing would need fewer than six decode calls.
+    assert after["batches"] - before["batches"] >= 6
     for line, s, response in zip(lines, settings, responses, strict=True):
         got = response.json()["translations"]
         if s.get("nbest"):
@@ -119,6 +129,9 @@ def test_requests_with_different_settings_never_share_a_batch(server: Server, of
             assert len(hyps) == 2 and hyps[0]["score"] >= hyps[1]["score"]
             nbest = offline.translate_nbest([line], 2, beam=2)[0]
             assert [h["text"] for h in hyps] == [text for text, _ in nbest]
+        elif s.get("sampling"):
+            sampling = Sampling(**{k: v for k, v in s.items() if k != "sampling"}, method=s["sampling"])
+            assert got == translate_offline(offline, [line], sampling=sampling)
         else:
             assert got == translate_offline(offline, [line], beam=s.get("beam"), lenpen=s.get("lenpen"))
 
@@ -179,6 +192,12 @@ BAD_REQUESTS = [
     ({"text": ["apple"], "sampling": "topk", "seed": "1"}, 422, "seed: "),
     ({"text": ["apple"], "sampling": "topk", "beam": 4}, 422, "beam: "),
     ({"text": ["apple"], "sampling": "topk", "nbest": 2}, 422, "nbest: "),
+    ({"text": ["apple"], "sampling": "topk", "lenpen": 1.0}, 422, "lenpen: "),
+    ({"text": ["apple"], "sampling": ["topk"]}, 422, "sampling: "),
+    ({"text": ["apple"], "sampling": {"topk": 3}}, 422, "sampling: "),
+    (b'{"text": ["apple"], "sampling": "topk", "temperature": Infinity}', 422, "temperature: "),
+    (b'{"text": ["apple"], "sampling": "topk", "temperature": 1' + b"0" * 400 + b"}", 422, "temperature: "),
+    (b'{"text": ["apple"], "beam": 1' + b"0" * 5000 + b"}", 400, "body: "),
 ]
 
 

@@ -7,6 +7,7 @@ options are one-line errors (exit 2)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,23 +125,36 @@ def test_workers_give_the_samples_of_one_process(translator: Translator) -> None
 
 
 @pytest.mark.parametrize(
-    "sampling, nbest",
+    "sampling, nbest, search, says",
     [
-        (Sampling("topx"), 1),
-        (Sampling("topk", topk=-1), 1),
-        (Sampling("topp", topp=0.0), 1),
-        (Sampling("topp", topp=1.01), 1),
-        (Sampling("topk", temperature=0.0), 1),
-        (Sampling("topk"), 2),
+        (Sampling("topx"), 1, {}, "--sampling"),
+        (Sampling("topk", topk=-1), 1, {}, "--topk"),
+        (Sampling("topp", topp=0.0), 1, {}, "--topp"),
+        (Sampling("topp", topp=1.01), 1, {}, "--topp"),
+        (Sampling("topk", temperature=0.0), 1, {}, "--temperature"),
+        (Sampling("topk", temperature=math.inf), 1, {}, "--temperature"),
+        (Sampling("topk"), 2, {}, "nbest"),
+        (Sampling("topk"), 1, {"beam": 4}, "beam"),
+        (Sampling("topk"), 1, {"lenpen": 1.0}, "lenpen"),
     ],
-    ids=["method", "topk", "topp-0", "topp-above-1", "temperature", "nbest"],
+    ids=[
+        "method",
+        "topk",
+        "topp-0",
+        "topp-above-1",
+        "temperature",
+        "temperature-inf",
+        "nbest",
+        "beam",
+        "lenpen",
+    ],
 )
 def test_bad_sampling_settings_are_input_errors(
-    translator: Translator, sampling: Sampling, nbest: int
+    translator: Translator, sampling: Sampling, nbest: int, search: dict, says: str
 ) -> None:
     with pytest.raises(InputError) as info:
-        translator.translate_nbest(["apple river"], nbest, beam=4, sampling=sampling)
-    assert "\n" not in str(info.value)
+        translator.translate_nbest(["apple river"], nbest, sampling=sampling, **search)
+    assert "\n" not in str(info.value) and says in str(info.value)
 
 
 # --- the search on a random model -----------------------------------------------------------------
