@@ -198,24 +198,41 @@ def average(paths: list[Path]) -> Checkpoint:
     first = load(paths[0])
     total = {name: t.float().clone() for name, t in first.model.items()}
     sources = [{"path": str(paths[0]), "update": first.update}]
-    languages, languages_from = first.languages, paths[0]  # None in a checkpoint of an older nmt
+    direction = one_direction(None, first, paths[0], "average")
     for path in paths[1:]:
         ckpt = load(path)
         _check_compatible(first, paths[0], ckpt, path)
-        if None not in (languages, ckpt.languages) and languages != ckpt.languages:
-            raise InputError(
-                f"cannot average {languages_from} and {path}: they translate different directions "
-                f"({'-'.join(languages or ())} vs {'-'.join(ckpt.languages or ())})"
-            )
-        if languages is None:
-            languages, languages_from = ckpt.languages, path
+        direction = one_direction(direction, ckpt, path, "average")
         for name, tensor in ckpt.model.items():
             total[name] += tensor.float()
         sources.append({"path": str(path), "update": ckpt.update})
     averaged = {name: (t / len(paths)).to(first.model[name].dtype) for name, t in total.items()}
     return Checkpoint(
-        "average", first.config, averaged, first.spm, averaged_from=sources, languages=languages
+        "average",
+        first.config,
+        averaged,
+        first.spm,
+        averaged_from=sources,
+        languages=direction[1] if direction else None,
     )
+
+
+def one_direction(
+    seen: tuple[Path, tuple[str, str]] | None, ckpt: Checkpoint, path: Path, action: str
+) -> tuple[Path, tuple[str, str]] | None:
+    """The first (path, languages) recorded among checkpoints being combined, `ckpt` included;
+    one of another direction is refused (a joint vocabulary cannot tell them apart). Checkpoints
+    of an older nmt record none and fit any."""
+    if ckpt.languages is None:
+        return seen
+    if seen is None:
+        return path, ckpt.languages
+    if seen[1] != ckpt.languages:
+        raise InputError(
+            f"cannot {action} {seen[0]} and {path}: they translate different directions "
+            f"({'-'.join(seen[1])} vs {'-'.join(ckpt.languages)})"
+        )
+    return seen
 
 
 def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, path: Path) -> None:

@@ -226,7 +226,7 @@ def load_translator(
     check_precision(precision, device, PRECISIONS)
     if precision == "int8" and device.type != "cpu":
         raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, cfg, languages, languages_from = [], None, None, None, paths[0]
+    models, spm_models, cfg, direction = [], None, None, None
     for path in paths:
         ckpt = checkpoint.load(path)
         run_cfg = ckpt.run_config(path)
@@ -237,12 +237,7 @@ def load_translator(
                 f"cannot ensemble {paths[0]} and {path}: they were trained with different "
                 "sentencepiece models"
             )
-        if None not in (languages, ckpt.languages) and languages != ckpt.languages:
-            raise InputError(
-                f"cannot ensemble {languages_from} and {path}: they translate different directions"
-            )
-        if languages is None:
-            languages, languages_from = ckpt.languages, path
+        direction = checkpoint.one_direction(direction, ckpt, path, "ensemble")
         model = Transformer(run_cfg.model)
         model.load_state_dict(ckpt.model)
         models.append(for_decoding(model.eval().to(device), precision))
@@ -254,7 +249,7 @@ def load_translator(
         spm.load_processor(spm_models["tgt"]),
         device,
         precision,
-        languages,
+        direction[1] if direction else None,
     )
 
 

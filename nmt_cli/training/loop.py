@@ -1,10 +1,11 @@
 """The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
 
-`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them (`update_freq` x
-world size under torchrun, shared out among the processes), accumulate gradients normalised by the
-update's target tokens, step Adam with the schedule's learning rate, then log, validate, save and check
-the stop conditions. With several processes only rank 0 logs, validates and saves; `distributed.py`
-holds the collectives. Imports torch, the model, data, checkpoint, config, recipe, errors and report.
+`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them
+(`update_freq` x world size under torchrun, shared out among the processes), accumulate
+gradients normalised by the update's target tokens, step Adam with the schedule's learning
+rate, then log, validate, save and check the stop conditions. With several processes only
+rank 0 logs, validates and saves; `distributed.py` holds the collectives.
+Imports torch, the model, data, checkpoint, config, recipe, errors and report.
 """
 
 from __future__ import annotations
