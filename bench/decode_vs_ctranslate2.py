@@ -152,8 +152,8 @@ def _nmt_steady(
     import torch
 
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
+    from nmt_cli.decoding.translator import decoding_workers, load_translator
     from nmt_cli.device import configure_cpu
-    from nmt_cli.translator import decoding_workers, load_translator
 
     device = torch.device("cpu")
     workers = decoding_workers(RuntimeConfig(workers=0), device)

@@ -37,8 +37,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batching import collate
+from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.model import Transformer
-from nmt_cli.search import Ensemble, translate_sentences
 from nmt_cli.training.loop import accumulate_gradients, apply_update
 from nmt_cli.training.precision import autocast
 

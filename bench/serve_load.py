@@ -31,8 +31,8 @@ from common import DEFAULT_DATA, ROOT, THREADS, emit
 from time_to_bleu import trained_model
 
 from nmt_cli.config import RuntimeConfig
+from nmt_cli.decoding.translator import Translator, decoding_workers
 from nmt_cli.device import configure_cpu
-from nmt_cli.translator import Translator, decoding_workers
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 

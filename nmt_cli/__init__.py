@@ -1,6 +1,6 @@
 """nmt: the Transformer of "Attention Is All You Need" as a command-line toolkit.
 
-`from nmt_cli import Translator` is the Python API (see `nmt_cli.translator`), with `Sampling`
+`from nmt_cli import Translator` is the Python API (see `nmt_cli.decoding.translator`), with `Sampling`
 for sampled translations; they are imported on first use so that the command line starts
 without loading torch for commands that do not need it.
 """
@@ -11,17 +11,17 @@ __version__ = "0.1.0"
 __all__ = ["Sampling", "Translator", "__version__"]
 
 if TYPE_CHECKING:
-    from nmt_cli.search import Sampling
-    from nmt_cli.translator import Translator
+    from nmt_cli.decoding.search import Sampling
+    from nmt_cli.decoding.translator import Translator
 
 
 def __getattr__(name: str) -> Any:
     if name == "Translator":
-        from nmt_cli.translator import Translator
+        from nmt_cli.decoding.translator import Translator
 
         return Translator
     if name == "Sampling":
-        from nmt_cli.search import Sampling
+        from nmt_cli.decoding.search import Sampling
 
         return Sampling
     raise AttributeError(f"module 'nmt_cli' has no attribute {name!r}")

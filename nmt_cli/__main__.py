@@ -3,7 +3,7 @@
 import os
 import sys
 
-from nmt_cli.cli import Globals, main
+from nmt_cli.cli.app import Globals, main
 
 
 def console() -> None:

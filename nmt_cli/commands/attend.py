@@ -23,14 +23,14 @@ import torch
 
 from nmt_cli.config import BOS_ID, EOS_ID, DecodeOverrides, ModelConfig, RuntimeConfig
 from nmt_cli.data.text import check_readable, read_lines
+from nmt_cli.decoding.search import Hypothesis, translate_sentences
+from nmt_cli.decoding.translator import Translator, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.figures import new_figure, require_matplotlib, save_figure
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
-from nmt_cli.search import Hypothesis, translate_sentences
 from nmt_cli.training.precision import autocast
-from nmt_cli.translator import Translator, load_translator
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

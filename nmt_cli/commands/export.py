@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 
 from nmt_cli import checkpoint
-from nmt_cli.ctranslate2_spec import QUANTIZATIONS, SPECIAL_PIECES, unsupported, write_model
 from nmt_cli.data import spm
 from nmt_cli.errors import InputError
+from nmt_cli.model.ctranslate2_spec import QUANTIZATIONS, SPECIAL_PIECES, unsupported, write_model
 from nmt_cli.report import Reporter
 
 FORMATS = ("ctranslate2",)

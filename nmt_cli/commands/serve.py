@@ -3,7 +3,7 @@
 Order matters for the user: the extra and the options are checked first, then the port is
 bound (a taken port fails before a long model load), then the model is loaded, and only then
 does the server accept connections, so GET /health answers only once translations can be made.
-The service itself is `nmt_cli.serving`. Imports `serving`, `translator`, `device`, `config`
+The service itself is `nmt_cli.serving.app`. Imports `serving`, `translator`, `device`, `config`
 and `report`.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from nmt_cli import serving
 from nmt_cli.config import RuntimeConfig, ServeLimits
+from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.report import Reporter
-from nmt_cli.translator import decoding_workers, default_precision, load_translator
+from nmt_cli.serving import app as serving
 
 
 def run(

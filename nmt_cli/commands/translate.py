@@ -20,12 +20,12 @@ from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
+from nmt_cli.decoding.search import Sampling
+from nmt_cli.decoding.translator import Hypotheses, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory
 from nmt_cli.report import Reporter
-from nmt_cli.search import Sampling
-from nmt_cli.translator import Hypotheses, decoding_workers, default_precision, load_translator
 
 Translate = Callable[[list[str]], list[Hypotheses]]
 """A configured `Translator.translate_nbest`: lines in, their hypotheses out."""

@@ -22,10 +22,10 @@ from conftest import (
     write_split,
 )
 
-from nmt_cli import checkpoint, recipe, vocabulary
+from nmt_cli import checkpoint, recipe
 from nmt_cli.config import RunConfig
 from nmt_cli.data import corpus as corpus_io
-from nmt_cli.data import spm
+from nmt_cli.data import spm, vocabulary
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.model import Transformer
 from nmt_cli.recipe import load_recipe

@@ -21,10 +21,10 @@ from conftest import TrainedRun, nmt, sentences, tiny_model
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.config import DecodeConfig
-from nmt_cli.ctranslate2_spec import SPECIAL_PIECES, write_model
 from nmt_cli.data.batching import collate
+from nmt_cli.decoding.search import Ensemble, greedy_search
 from nmt_cli.errors import InputError
-from nmt_cli.search import Ensemble, greedy_search
+from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, write_model
 
 
 def ct2_translate(model_dir: Path, lines: list[str], compute_type: str = "float32") -> list[str]:

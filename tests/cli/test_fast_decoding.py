@@ -12,9 +12,9 @@ from conftest import TrainedRun, nmt_command, sentences, subprocess_env
 
 from nmt_cli import Translator
 from nmt_cli.config import RuntimeConfig
+from nmt_cli.decoding.translator import decoding_workers
+from nmt_cli.decoding.workers import WorkerPool
 from nmt_cli.errors import InputError
-from nmt_cli.translator import decoding_workers
-from nmt_cli.workers import WorkerPool
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ from conftest import WORDS, Corpus, TrainedRun, nmt, nmt_command, one_thread, se
 from nmt_cli import checkpoint
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.data import spm
+from nmt_cli.decoding.translator import Translator
 from nmt_cli.model import Transformer
-from nmt_cli.translator import Translator
 
 BLANK = ["", "   ", "\t", " \t "]
 

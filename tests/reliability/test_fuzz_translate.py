@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt_cli.commands.translate import _translate_stream
-from nmt_cli.translator import Translator, load_translator
+from nmt_cli.decoding.translator import Translator, load_translator
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from nmt_cli.batcher import Batcher, Closed, DecodeKey, QueueFull
+from nmt_cli.serving.batcher import Batcher, Closed, DecodeKey, QueueFull
 
 BEAM4 = DecodeKey(beam=4, lenpen=0.6, nbest=1)
 GREEDY = DecodeKey(beam=1, lenpen=0.6, nbest=1)

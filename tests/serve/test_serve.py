@@ -21,8 +21,8 @@ from conftest import TrainedRun, nmt, one_thread, sentences
 from serve_helpers import Server, running_server
 
 import nmt_cli
-from nmt_cli.search import Sampling
-from nmt_cli.translator import Translator
+from nmt_cli.decoding.search import Sampling
+from nmt_cli.decoding.translator import Translator
 
 MAX_LINES = 8
 MAX_INPUT_CHARS = 200

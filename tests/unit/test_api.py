@@ -28,7 +28,7 @@ def mixed(seed: int) -> list[str]:
 
 
 def test_the_package_exports_the_translator() -> None:
-    from nmt_cli.translator import Translator as Direct
+    from nmt_cli.decoding.translator import Translator as Direct
 
     assert nmt_cli.Translator is Direct is Translator
 

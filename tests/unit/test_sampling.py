@@ -18,9 +18,9 @@ from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.decoding.search import Ensemble, Sampling, _draw, _row_keys, _uniforms, greedy_search
+from nmt_cli.decoding.workers import can_fork
 from nmt_cli.errors import InputError
-from nmt_cli.search import Ensemble, Sampling, _draw, _row_keys, _uniforms, greedy_search
-from nmt_cli.workers import can_fork
 
 # The copy model is sure of itself: at temperature 1 a sample is nearly always the copy. Flatter,
 # it makes mistakes, so that seeds and methods can be told apart by their outputs.

@@ -7,8 +7,8 @@ import torch
 from conftest import tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.decoding.search import Ensemble, beam_search, greedy_search, length_penalty
 from nmt_cli.model import Transformer
-from nmt_cli.search import Ensemble, beam_search, greedy_search, length_penalty
 
 
 def tiny(vocab: int, seed: int = 0, **variant) -> Transformer:

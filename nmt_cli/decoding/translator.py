@@ -30,11 +30,11 @@ from torch import nn
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data import spm
+from nmt_cli.decoding.search import Ensemble, Sampling, translate_sentences
+from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
 from nmt_cli.device import check_precision, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
-from nmt_cli.search import Ensemble, Sampling, translate_sentences
-from nmt_cli.workers import WorkerPool, can_fork, usable_cores
 
 CPU_PRECISION = "bf16"
 MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes

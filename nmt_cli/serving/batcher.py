@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from nmt_cli.search import Sampling
+    from nmt_cli.decoding.search import Sampling
 
 Result = TypeVar("Result")
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from nmt_cli import __version__
-from nmt_cli import options as opt
+from nmt_cli.cli import options as opt
 from nmt_cli.errors import InputError, describe
 
 app = typer.Typer(
@@ -237,7 +237,7 @@ def translate(
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
-    from nmt_cli.search import Sampling
+    from nmt_cli.decoding.search import Sampling
 
     Globals.fast_exit = True
     decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)

@@ -31,17 +31,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
-from nmt_cli.batcher import Batcher, Closed, DecodeKey, QueueFull
 from nmt_cli.config import DecodeConfig, ServeLimits
+from nmt_cli.decoding.search import SAMPLING_METHODS, Sampling
 from nmt_cli.errors import InputError, NmtError
-from nmt_cli.search import SAMPLING_METHODS, Sampling
+from nmt_cli.serving.batcher import Batcher, Closed, DecodeKey, QueueFull
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from uvicorn import Server
 
-    from nmt_cli.translator import Hypotheses, Translator
+    from nmt_cli.decoding.translator import Hypotheses, Translator
 
 EXTRA = "pip install 'nmt-cli[serve]'"
 MAX_BEAM = 64  # a bound on the work and memory one request can ask for

@@ -1,0 +1,1 @@
+"""Decoding: search, sampling, the `Translator` (the Python API) and its worker processes."""

@@ -1,0 +1,1 @@
+"""`nmt serve`: batching across requests, and the HTTP app over it."""
