@@ -3,7 +3,8 @@
 import os
 import sys
 
-from nmt_cli.cli.app import Globals, main
+from nmt_cli.cli.app import Globals
+from nmt_cli.cli.main import main
 
 
 def console() -> None:

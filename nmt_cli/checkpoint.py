@@ -5,7 +5,6 @@ model bytes and, for training checkpoints, the optimizer, loss scaler, RNG state
 position. `Checkpoint` is its one typed form: `to_dict` and `from_dict` are the only code that
 knows the on-disk keys. It is saved atomically (temporary file, fsync, rename) and loaded with
 `weights_only=True`, so loading runs no pickled code.
-Imports torch, `config`, `recipe`, `errors` and `files`.
 """
 
 from __future__ import annotations

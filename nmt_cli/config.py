@@ -1,19 +1,20 @@
 """Typed configuration: the recipe schema, and the settings objects the command line builds.
 
 The recipe dataclasses (`RunConfig` and its sections) are the only schema of a recipe; `recipe`
-reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig`, `PrepareConfig` and
-`ServeLimits` hold what the command line asks for: `cli` builds them from options and hands them
-to the commands; none is part of a recipe. Also the fixed sentencepiece ids. Imports only the
-standard library and `errors`.
+reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig` and `PrepareConfig` hold what
+the command line asks for: the CLI builds them from options and hands them to the commands; none
+is part of a recipe. `SETTINGS` holds the values each setting a user gives may take, the recipe's
+[decode] included. Also the fixed sentencepiece ids.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, SettingError
 
 # Fixed sentencepiece ids (data/spm.py trains with these), shared by data, model and search.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -177,9 +178,10 @@ class TrainConfig:
             _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeConfig:
-    """Beam search settings (§6.1: beam 4, alpha 0.6, max length input + 50)."""
+    """Beam search settings (§6.1: beam 4, alpha 0.6, max length input + 50). Frozen: a call's
+    settings are a value that decoding requests are grouped by."""
 
     beam: int = 4
     """Beam size; 1 is greedy search."""
@@ -196,11 +198,9 @@ class DecodeConfig:
     maximum length wins where the two meet."""
 
     def validate(self, where: str) -> None:
-        _check(self.beam >= 1, where, "decode.beam", "must be at least 1")
-        _check(self.lenpen >= 0, where, "decode.lenpen", "must not be negative")
-        _check_choice(self.lenpen_style, ("gnmt", "fairseq"), where, "decode.lenpen_style")
-        for name in ("max_len_a", "max_len_b", "min_len"):
-            _check(getattr(self, name) >= 0, where, f"decode.{name}", "must not be negative")
+        for item in dataclasses.fields(self):
+            problem = setting_problem(item.name, getattr(self, item.name))
+            _check(problem is None, where, f"decode.{item.name}", str(problem))
 
 
 @dataclass
@@ -228,6 +228,79 @@ class RunConfig:
             getattr(self, section.name).validate(where)
 
 
+# The values each setting a user gives may take: decoding (from the recipe's [decode], the command
+# line, the Python API or an HTTP request), its sampling, and the CPU threads and processes that run
+# it. `decoding.settings` adds the rules between settings; nothing else checks these.
+
+
+@dataclass(frozen=True)
+class Range:
+    """Integers, or finite numbers, from `low` to `high` (`low` itself excluded when `above`)."""
+
+    kind: type
+    low: int | float
+    high: int | float
+    above: bool = False
+
+    def problem(self, value: object) -> str | None:
+        if self.kind is int:
+            ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
+            what = "a number"
+        if ok:  # compared as given: an integer past 2**53 is not rounded to a float
+            number: float = value  # type: ignore[assignment]
+            ok = (number > self.low if self.above else number >= self.low) and number <= self.high
+        bounds = f"above {self.low:,} and at most" if self.above else f"from {self.low:,} to"
+        return None if ok else f"must be {what} {bounds} {self.high:,}"
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past the largest float
+        return False
+
+
+MAX_BEAM = 128  # bounds the work and memory one call may ask for (beam x nbest x vocabulary scores)
+SETTINGS: dict[str, Range | tuple[str, ...]] = {
+    "beam": Range(int, 1, MAX_BEAM),
+    "nbest": Range(int, 1, MAX_BEAM),
+    # Bounded so that the length penalty of any length stays far inside float64.
+    "lenpen": Range(float, 0, 10),
+    "lenpen_style": ("gnmt", "fairseq"),
+    "max_len_a": Range(float, 0, 100),
+    "max_len_b": Range(int, 0, 100_000),
+    "min_len": Range(int, 0, 100_000),
+    "batch_tokens": Range(int, 1, 1_000_000),
+    "sampling": ("topk", "topp"),
+    "topk": Range(int, 0, 1_000_000),
+    "topp": Range(float, 0, 1, above=True),
+    "temperature": Range(float, 0, 100, above=True),
+    "seed": Range(int, 0, 2**63 - 1),
+    "threads": Range(int, 0, 1024),
+    "workers": Range(int, 0, 256),
+}
+
+
+def setting_problem(name: str, value: object) -> str | None:
+    """What is wrong with `value` for setting `name`, or None."""
+    allowed = SETTINGS[name]
+    if isinstance(allowed, Range):
+        return allowed.problem(value)
+    if value in allowed and isinstance(value, str):
+        return None
+    quoted = [f'"{choice}"' for choice in allowed]
+    return f"use {', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def check_setting(name: str, value: object) -> None:
+    """Raise SettingError when `value` is not one that setting `name` takes."""
+    problem = setting_problem(name, value)
+    if problem is not None:
+        raise SettingError(name, value, problem)
+
+
 def _check(ok: bool, where: str, key: str, problem: str) -> None:
     if not ok:
         raise InputError(f"{where}: {key}: {problem}")
@@ -243,7 +316,8 @@ def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) ->
 
 @dataclass(frozen=True)
 class DecodeOverrides:
-    """Decode settings given on the command line; None keeps the checkpoint's recipe value."""
+    """Search settings given on the command line, to the Python API or in a request; None keeps
+    the checkpoint's recipe value. Each given value is checked on creation (`SettingError`)."""
 
     beam: int | None = None
     lenpen: float | None = None
@@ -252,12 +326,20 @@ class DecodeOverrides:
     max_len_b: int | None = None
     min_len: int | None = None
 
-    def apply(self, base: DecodeConfig, where: str) -> DecodeConfig:
-        """`base` with the given settings in place, validated."""
-        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        settings = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
-        settings.validate(where)
-        return settings
+    def __post_init__(self) -> None:
+        for name, value in self.given().items():
+            check_setting(name, value)
+
+    def given(self) -> dict[str, object]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+    def apply(self, base: DecodeConfig) -> DecodeConfig:
+        """`base` with the given settings in place."""
+        return dataclasses.replace(base, **self.given())  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -270,6 +352,10 @@ class RuntimeConfig:
     threads: int = 0
     """CPU threads; 0 keeps torch's default."""
     workers: int = 1  # decoding processes (CPU); 0: one per core, of one thread each
+
+    def __post_init__(self) -> None:
+        check_setting("threads", self.threads)
+        check_setting("workers", self.workers)
 
 
 @dataclass(frozen=True)
@@ -306,36 +392,3 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         if isinstance(self.train, str):  # one prefix, as before several corpora were possible
             object.__setattr__(self, "train", (self.train,))
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
-
-    max_batch_tokens: int = 4096
-    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
-    max_wait_ms: float = 5.0
-    """How long the oldest waiting request waits for others to join its batch."""
-    max_queue: int = 1024
-    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
-    max_input_chars: int = 2000
-    """Longest line a request may send, in characters."""
-    max_lines: int = 256
-    """Most lines in one request."""
-
-    def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_input_chars", "max_lines"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0 <= self.max_wait_ms <= 60_000:
-            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
-        if self.max_lines > self.max_queue:
-            raise InputError(
-                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
-                "such a request could never be queued"
-            )
-
-    @property
-    def max_body_bytes(self) -> int:
-        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
-        return self.max_lines * (12 * self.max_input_chars + 8) + 1024

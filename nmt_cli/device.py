@@ -1,4 +1,4 @@
-"""Device and thread choice for the commands (the model never picks a device). Imports torch, errors."""
+"""Device and thread choice for the commands (the model never picks a device)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,7 @@ def configure_cpu(threads: int) -> None:
     torch.set_flush_denormal(True)
     _keep_freed_memory()
     _bound_onednn_caches()
-    if threads < 0:
-        raise InputError(f"--threads {threads}: must be 0 (torch's default) or a positive count")
-    if threads > 0:
+    if threads > 0:  # RuntimeConfig has checked the count
         torch.set_num_threads(threads)
 
 

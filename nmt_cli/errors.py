@@ -1,10 +1,12 @@
-"""Errors that reach the user as one line. Imports nothing.
+"""Errors that reach the user as one line.
 
-Library code raises these with "what, where, what to do"; only `cli.py` prints
+Library code raises these with "what, where, what to do"; only the command line prints
 them and turns them into exit codes, through `describe`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 
 class NmtError(Exception):
@@ -22,6 +24,42 @@ class InputError(NmtError):
     """Bad input from the user: a file, an option, a recipe value (exit 2)."""
 
     exit_code = 2
+
+
+class SettingError(InputError, ValueError):
+    """A setting out of range, or in conflict with another (exit 2). It carries the setting's
+    name as the Python API and HTTP requests spell it (`max_len_a`), the value given and the
+    problem, so that each front end words it in its own terms: `--max-len-a inf: ...` on the
+    command line, `max_len_a=inf: ...` from Python (the message of the exception itself), and
+    `max_len_a: ...` over HTTP. Other settings named in `problem` are written `{name}`."""
+
+    def __init__(self, name: str, value: object, problem: str) -> None:
+        self.name, self.value, self.problem = name, value, problem
+        super().__init__(f"{name}={value!r}: {self._problem(str)}")
+
+    def as_option(self) -> str:
+        """As the command line words it: settings are --flags."""
+        return f"{_flag(self.name)} {self.value}: {self._problem(_flag)}"
+
+    def as_field(self) -> str:
+        """As an HTTP error names it: the JSON field, then the problem."""
+        return f"{self.name}: {self._problem(str)}"
+
+    def _problem(self, spell: Callable[[str], str]) -> str:
+        return self.problem.format_map(_Names(spell))
+
+
+class _Names(dict[str, str]):
+    def __init__(self, spell: Callable[[str], str]) -> None:
+        super().__init__()
+        self.spell = spell
+
+    def __missing__(self, key: str) -> str:
+        return self.spell(key)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 class RunFailure(NmtError):

@@ -1,6 +1,6 @@
 """Pictures with matplotlib (an optional extra): a figure without pyplot or a display, and an
 atomic save in the format the file name asks for. Shared by `nmt plot` and `nmt attend`.
-Imports matplotlib only inside the functions, so that the toolkit runs without it."""
+matplotlib is imported only inside the functions, so that the toolkit runs without it."""
 
 from __future__ import annotations
 

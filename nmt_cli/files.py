@@ -1,5 +1,5 @@
 """Small file-system helpers shared by every writer of files: atomic replacement and the
-cleanup of what a killed writer left. Imports only the standard library."""
+cleanup of what a killed writer left."""
 
 from __future__ import annotations
 

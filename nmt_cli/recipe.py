@@ -2,8 +2,7 @@
 
 A recipe has the sections [model], [train], [decode] and [average], the fields of `RunConfig`;
 unknown sections and keys, wrong types and impossible values fail on loading, naming the file and
-`section.key`. The same nested dicts are what checkpoints store. Imports only the standard library,
-`config` and `errors`.
+`section.key`. The same nested dicts are what checkpoints store.
 """
 
 from __future__ import annotations
@@ -62,12 +61,14 @@ def from_dict(data: dict, where: str) -> RunConfig:
             raise InputError(f"{where}: [{section_name}] must be a table of keys")
         section = getattr(config, section_name)
         fields = {f.name: f.type for f in dataclasses.fields(section)}
+        given = {}
         for key, value in values.items():
             if key not in fields:
                 raise InputError(
                     f"{where}: unknown key {section_name}.{key}; valid keys: {', '.join(fields)}"
                 )
-            setattr(section, key, _coerce(value, str(fields[key]), f"{section_name}.{key}", where))
+            given[key] = _coerce(value, str(fields[key]), f"{section_name}.{key}", where)
+        setattr(config, section_name, dataclasses.replace(section, **given))  # [decode] is frozen
     config.validate(where)
     return config
 

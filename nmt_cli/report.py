@@ -2,7 +2,7 @@
 and the machine-readable metrics.jsonl of a training run.
 
 Progress bars are silent with --quiet and when stderr is not a terminal; messages
-and warnings are silent only with --quiet. Imports rich, tqdm and the standard library.
+and warnings are silent only with --quiet.
 """
 
 from __future__ import annotations

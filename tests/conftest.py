@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt_cli.cli.app import main
+from nmt_cli.cli.main import main
 from nmt_cli.config import ModelConfig
 from nmt_cli.model import Transformer
 

@@ -1,14 +1,10 @@
-"""The command line: parses options and calls the plain `run` functions in `commands/`.
-
-This is the only module that prints errors and chooses exit codes: 2 for bad input
-or usage, 1 for runtime failures, and a traceback only with --debug. Command modules
-are imported inside each command so that `nmt --help` does not load torch.
+"""The command line's commands and options: each parses its options into typed objects once and
+calls the plain `run` of its module in `commands/`. Command modules are imported inside each
+command so that `nmt --help` does not load torch. `cli.main` runs the app and words its errors.
 """
 
 from __future__ import annotations
 
-import sys
-import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +12,7 @@ import typer
 
 from nmt_cli import __version__
 from nmt_cli.cli import options as opt
-from nmt_cli.errors import InputError, describe
+from nmt_cli.errors import InputError
 
 app = typer.Typer(
     name="nmt",
@@ -237,12 +233,12 @@ def translate(
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
-    from nmt_cli.decoding.search import Sampling
+    from nmt_cli.decoding.settings import Sampling
 
     Globals.fast_exit = True
     decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
     runtime = RuntimeConfig(device, precision, threads, workers)
-    drawn = Sampling.from_options(sampling, topk, topp, temperature, seed)
+    drawn = Sampling.given(sampling, topk, topp, temperature, seed)
     command.run(
         model, input_, output, decode, runtime, nbest, batch_tokens, buffer_size, Globals.quiet, drawn
     )
@@ -372,28 +368,9 @@ def serve(
 ) -> None:
     """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]')."""
     from nmt_cli.commands import serve as command
-    from nmt_cli.config import RuntimeConfig, ServeLimits
+    from nmt_cli.config import RuntimeConfig
+    from nmt_cli.serving.app import ServeLimits
 
     limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)
     command.run(model, host, port, runtime, limits, quiet=Globals.quiet)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Usage errors exit 2 through Typer itself; everything that escapes
-    a command becomes one line and an exit code here."""
-    try:
-        app(args=argv, prog_name="nmt")
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (e.g. `| head`); nothing left to say
-        sys.exit(1)
-    except (Exception, KeyboardInterrupt) as exc:  # the last line of defence against a raw traceback
-        message, code = describe(exc) or (str(exc), 1)
-        _fail(message, code)
-
-
-def _fail(message: str, code: int) -> None:
-    if Globals.debug:
-        traceback.print_exc()
-    print(f"nmt: error: {message}", file=sys.stderr)
-    sys.exit(code)

@@ -1,5 +1,5 @@
 """Command-line options that several commands take, declared once as annotated types
-(Typer reads the option's name from the parameter and its help from here). Imports typer."""
+(Typer reads the option's name from the parameter and its help from here)."""
 
 from __future__ import annotations
 

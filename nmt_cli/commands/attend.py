@@ -7,8 +7,6 @@ over (source, best hypothesis) gives the cross-attention of one decoder layer
 source pieces (columns), the mean over heads or one head. Translations go to stdout, one line
 per input line, as `nmt translate` writes them.
 
-Imports torch, numpy, the model, search, data, `translator` (the loader) and `figures`
-(matplotlib only inside functions).
 """
 
 from __future__ import annotations
@@ -21,9 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.config import BOS_ID, EOS_ID, DecodeOverrides, ModelConfig, RuntimeConfig
+from nmt_cli.config import BOS_ID, EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, RuntimeConfig
 from nmt_cli.data.text import check_readable, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
+from nmt_cli.decoding.settings import resolve
 from nmt_cli.decoding.translator import Translator, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
@@ -98,8 +97,7 @@ def run(
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: expected png or svg")
     require_matplotlib()
-    if batch_tokens < 1:
-        raise InputError("--batch-tokens must be at least 1")
+    resolve(DecodeConfig(), decode, None, batch_tokens)  # the rules that need no checkpoint
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     if out_dir.exists() and not out_dir.is_dir():
@@ -107,7 +105,8 @@ def run(
     configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
     # Attention pictures are drawn from an fp32 pass, whatever precision translation could use.
-    translator = load_translator([model], dev, "fp32", decode)
+    translator = load_translator([model], dev, "fp32")
+    settings = translator.settings(decode, None, batch_tokens)
     net = translator.ensemble.models[0]
     layer_index, head_index = check_choice(net.cfg, layer, head)
     source = input_path if input_path is not None else sys.stdin.buffer
@@ -118,8 +117,8 @@ def run(
         found = translate_sentences(
             translator.ensemble,
             [np.asarray(sources[i], dtype=np.int64) for i in todo],
-            translator.decode,
-            batch_tokens,
+            settings.search,
+            settings.batch_tokens,
             dev,
         )
     best: dict[int, Hypothesis] = {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}

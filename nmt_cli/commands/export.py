@@ -11,14 +11,17 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from nmt_cli import checkpoint
 from nmt_cli.data import spm
 from nmt_cli.errors import InputError
-from nmt_cli.model.ctranslate2_spec import QUANTIZATIONS, SPECIAL_PIECES, unsupported, write_model
+from nmt_cli.model import Transformer
+from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.report import Reporter
 
 FORMATS = ("ctranslate2",)
+QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_bfloat16", "int16", "float16", "bfloat16")
 EXTRA = "pip install 'nmt-cli[ctranslate2]'"
 
 
@@ -45,12 +48,14 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
-    src_pieces, tgt_pieces = _pieces(src_spm, model), _pieces(tgt_spm, model)
+    net = Transformer(cfg)
+    net.load_state_dict(ckpt.model)
+    spec = transformer_spec(net, (_pieces(src_spm, model), _pieces(tgt_spm, model)))
 
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        write_model(cfg, ckpt.model, (src_pieces, tgt_pieces), staging, quantization)
+        write_model(spec, staging, quantization)
         if src_spm == tgt_spm:
             (staging / "spm.model").write_bytes(src_spm)
         else:
@@ -74,3 +79,15 @@ def _pieces(model_bytes: bytes, path: Path) -> list[str]:
             "it was not written by `nmt prepare`"
         )
     return pieces
+
+
+def write_model(spec: Any, out_dir: Path, quantization: str) -> None:
+    """Validate, quantize and save a CTranslate2 spec as a model directory at `out_dir` (which
+    must not exist), through CTranslate2's own Converter."""
+    from ctranslate2.converters import Converter
+
+    class _Filled(Converter):  # the Converter API: _load() returns the spec to save
+        def _load(self) -> Any:
+            return spec
+
+    _Filled().convert(str(out_dir), quantization=None if quantization == "none" else quantization)

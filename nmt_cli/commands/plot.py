@@ -7,8 +7,7 @@ remote shell. A run that is still training can be plotted at any time: its last 
 cut short (skipped), and a resumed run's repeated updates keep their latest records.
 
 matplotlib is an optional extra (`pip install 'nmt-cli[plot]'`); pictures use its Agg
-canvas directly, never pyplot's global state. Imports numpy, rich, `report` and `errors`;
-matplotlib only inside functions.
+canvas directly, never pyplot's global state; matplotlib is imported only inside functions.
 """
 
 from __future__ import annotations

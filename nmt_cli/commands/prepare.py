@@ -6,8 +6,7 @@ grow with the corpus), filters train pairs the way Moses' clean-corpus-n.perl do
 publishes the result atomically with meta.json last. A re-run with the same inputs and
 options reuses the finished corpus. Several training corpora go one after the other into the
 train split, each optionally tagged; --spm-from encodes with an existing vocabulary instead of
-learning one. Imports numpy, sentencepiece, `config`, `data`, `report` and `errors` (and
-`checkpoint` for --spm-from CKPT).
+learning one.
 """
 
 from __future__ import annotations

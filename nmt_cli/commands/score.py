@@ -10,8 +10,7 @@ multi-bleu.perl computes. `--tokenize none` says the files are tokenized already
 the Moses step; no other `--tokenize` goes with `--compound-split`. sacremoses tokenizes as
 tokenizer.perl did before late 2018, when Moses began to split the final period off a last
 word that is a non-breaking prefix ("Nummer 10." keeps "10." whole); the paper's figures predate
-that change. Imports sacrebleu, sacremoses (only for `--compound-split`), the standard
-library, `data.text` and `errors`.
+that change. sacremoses is imported only for `--compound-split`.
 """
 
 from __future__ import annotations

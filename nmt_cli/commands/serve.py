@@ -3,8 +3,7 @@
 Order matters for the user: the extra and the options are checked first, then the port is
 bound (a taken port fails before a long model load), then the model is loaded, and only then
 does the server accept connections, so GET /health answers only once translations can be made.
-The service itself is `nmt_cli.serving.app`. Imports `serving`, `translator`, `device`, `config`
-and `report`.
+The service itself is `nmt_cli.serving`.
 """
 
 from __future__ import annotations
@@ -12,11 +11,12 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from nmt_cli.config import RuntimeConfig, ServeLimits
+from nmt_cli.config import RuntimeConfig
 from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.report import Reporter
-from nmt_cli.serving import app as serving
+from nmt_cli.serving import app, server
+from nmt_cli.serving.app import ServeLimits
 
 
 def run(
@@ -27,20 +27,20 @@ def run(
     limits: ServeLimits,
     quiet: bool,
 ) -> None:
-    serving.require_extra()
+    app.require_extra()
     limits.validate()
     dev = resolve_device(runtime.device)
     workers = decoding_workers(runtime, dev)
     configure_cpu(1 if workers > 1 else runtime.threads)
-    sock = serving.bind_socket(host, port)
+    sock = server.bind_socket(host, port)
     translator = None
     try:
         translator = load_translator(models, dev, runtime.precision or default_precision(dev))
         translator.start_workers(workers)  # forked before the server starts any thread
-        app = serving.create_app(translator, limits, serving.describe_model(translator, models))
+        service = app.create_app(translator, limits, app.describe_model(translator, models))
         if not _is_loopback(host):
             Reporter(quiet).warn(f"--host {host}: reachable beyond this machine, with no authentication")
-        serving.run_server(app, sock, limits, quiet)
+        server.run_server(service, sock, limits, quiet)
     finally:
         if translator is not None:
             translator.close()

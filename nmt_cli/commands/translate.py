@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from nmt_cli.config import DecodeOverrides, RuntimeConfig
+from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
-from nmt_cli.decoding.search import Sampling
+from nmt_cli.decoding.settings import Sampling, resolve
 from nmt_cli.decoding.translator import Hypotheses, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
@@ -28,7 +28,7 @@ from nmt_cli.files import fsync_directory
 from nmt_cli.report import Reporter
 
 Translate = Callable[[list[str]], list[Hypotheses]]
-"""A configured `Translator.translate_nbest`: lines in, their hypotheses out."""
+"""A configured `Translator.translate_with`: lines in, their hypotheses out."""
 
 
 def run(
@@ -45,30 +45,23 @@ def run(
 ) -> None:
     """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`."""
     reporter = Reporter(quiet)
+    if buffer_size < 1:
+        raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
+    # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
+    resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
     dev = resolve_device(runtime.device)
     workers = decoding_workers(runtime, dev)
     # One thread a process when there are several: forked workers must not inherit a thread pool.
     configure_cpu(1 if workers > 1 else runtime.threads)
     precision = runtime.precision or default_precision(dev)
-    if nbest < 1 or batch_tokens < 1 or buffer_size < 1:
-        raise InputError("--nbest, --batch-tokens and --buffer-size must be at least 1")
-    if sampling is not None:
-        sampling.validate()
-        if nbest > 1 or decode.beam is not None or decode.lenpen is not None:
-            raise InputError(
-                "--sampling draws one translation per line: --nbest, --beam and --lenpen do not apply"
-            )
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
-    translator = load_translator(models, dev, precision, decode)
-    if sampling is None and nbest > translator.decode.beam:
-        raise InputError(f"--nbest {nbest} is larger than the beam ({translator.decode.beam}); raise --beam")
+    translator = load_translator(models, dev, precision)
+    settings = translator.settings(decode, nbest, batch_tokens, sampling)
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate = functools.partial(
-        translator.translate_nbest, nbest=nbest, batch_tokens=batch_tokens, sampling=sampling
-    )
+    translate = functools.partial(translator.translate_with, settings=settings)
     try:
         if output_path is None:
             _translate_stream(translate, source, name, sys.stdout, buffer_size, nbest)

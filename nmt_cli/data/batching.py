@@ -1,7 +1,7 @@
 """Token-budget batches of similar-length pairs, and their collation into padded tensors.
 
 Batches are a pure function of (lengths, max_tokens, seed, epoch), so a resumed run
-rebuilds exactly the batches it was working through. Imports numpy, torch and `config`.
+rebuilds exactly the batches it was working through.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Sentence i of a side is tokens[offsets[i]:offsets[i + 1]], without bos/eos.
 
 A run writes into a hidden staging directory inside DATA_DIR and renames its files into
 place only when all are complete, meta.json last, so an interrupted run never leaves
-something that looks like data. Imports numpy, the standard library and `errors`.
+something that looks like data.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 corpus's models. Models travel as bytes so that checkpoints can carry them.
 
 Every model is trained with the fixed ids of `config` (pad 0, unk 1, bos 2, eos 3);
-binarized data holds no bos/eos, training adds them. Imports sentencepiece, numpy, the
-standard library, `config` and `errors`.
+binarized data holds no bos/eos, training adds them.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 A line ends at b"\\n" only (as for `wc -l` and the Moses scripts), so Unicode line
 separators inside a sentence never split it. A UTF-8 BOM on the first line and a
 trailing "\\r" (CRLF files) are removed. A NUL byte, or invalid UTF-8 unless
-errors="replace", is an InputError naming the file and line. Imports only the
-standard library and `errors`.
+errors="replace", is an InputError naming the file and line.
 """
 
 from __future__ import annotations

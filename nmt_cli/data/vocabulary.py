@@ -1,7 +1,6 @@
 """The sentencepiece vocabulary of `nmt prepare`: learned on a sample of the training corpora,
 or taken from a prepared corpus or a checkpoint (`--spm-from`), with tags kept whole.
 
-Imports numpy, sentencepiece, `data`, `report` and `errors` (and `checkpoint` for a checkpoint).
 """
 
 from __future__ import annotations

@@ -4,14 +4,11 @@ Bookkeeping is vectorised over sentences and beams: one `topk` per step, finishe
 hypotheses written with tensor indexing, the decoder state reordered by one
 `index_select`, and finished sentences leaving the active batch. A sentence's hypotheses
 share its encoder memory (no copy per beam). An ensemble averages the models'
-log-probabilities. Sampling (top-k, top-p) goes through the greedy path. Imports torch, numpy,
-`config`, `errors`, the model and data.batching.
+log-probabilities. Sampling (top-k, top-p; `sampling`) goes through the greedy path.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +17,9 @@ from torch import Tensor
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
-from nmt_cli.errors import InputError
+from nmt_cli.decoding.sampling import draw, row_keys, uniforms
+from nmt_cli.decoding.settings import Sampling
 from nmt_cli.model import DecoderState, Transformer
-
-SAMPLING_METHODS = ("topk", "topp")
 
 
 @dataclass
@@ -34,73 +30,21 @@ class Hypothesis:
     """Sum of log-probabilities divided by the length penalty."""
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """Draw each next piece at random instead of searching: the usual way to back-translate
-    monolingual text (Edunov et al., 2018). One sample per line."""
-
-    method: str = "topk"
-    """"topk": among the `topk` likeliest pieces; "topp": among the fewest likeliest pieces whose
-    probabilities add up to `topp` (nucleus sampling, Holtzman et al., 2020)."""
-    topk: int = 10
-    """0 draws from the whole vocabulary."""
-    topp: float = 0.9
-    temperature: float = 1.0
-    """Log-probabilities are divided by it before drawing: below 1 sharper, above 1 flatter."""
-    seed: int = 1
-    """A line's sample depends on the line, the model, the options and this seed only: not on
-    the batch, the process or the other lines (identical lines get identical samples)."""
-
-    @classmethod
-    def from_options(
-        cls,
-        method: str | None,
-        topk: int | None = None,
-        topp: float | None = None,
-        temperature: float | None = None,
-        seed: int | None = None,
-    ) -> Sampling | None:
-        """`nmt translate`'s options: None without --sampling, which the others need."""
-        given = {"topk": topk, "topp": topp, "temperature": temperature, "seed": seed}
-        given = {name: value for name, value in given.items() if value is not None}
-        if method is None:
-            if given:
-                raise InputError(f"--{next(iter(given))} goes with --sampling topk or --sampling topp")
-            return None
-        other = {"topk": "topp", "topp": "topk"}.get(method)
-        if other in given:
-            raise InputError(f"--{other} goes with --sampling {other}, not --sampling {method}")
-        return cls(method, **given)  # type: ignore[arg-type]
-
-    def validate(self) -> None:
-        checks = [
-            (self.method in SAMPLING_METHODS, f"--sampling {self.method!r}: use topk or topp"),
-            (self.topk >= 0, f"--topk {self.topk}: must be 0 (the whole vocabulary) or more"),
-            (0.0 < self.topp <= 1.0, f"--topp {self.topp}: must be in (0, 1]"),
-            (
-                0.0 < self.temperature < math.inf,
-                f"--temperature {self.temperature}: must be positive and finite",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise InputError(message)
-
-
-def length_penalty(length: Tensor | int, alpha: float, style: str) -> Tensor | float:
+def length_penalty(length: int, alpha: float, style: str) -> float:
     """GNMT ((5 + |Y|) / 6)^alpha (Wu et al., 2016, the paper's choice) or fairseq's |Y|^alpha.
 
-    |Y| counts the generated tokens including the final EOS.
+    |Y| counts the generated tokens including the final EOS. A Python float (float64): with
+    alpha at most 10 (`config.SETTINGS`) it stays below 1e100 for any length a model can have.
     """
-    if style == "gnmt":
-        return ((5.0 + length) / 6.0) ** alpha
-    return length**alpha
+    base = (5.0 + length) / 6.0 if style == "gnmt" else float(length)
+    return base**alpha
 
 
 def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
     """Per-sentence output limit (EOS included): a * source length + b, capped by the model's positions."""
     src_len = (src != PAD_ID).sum(dim=1)  # includes the source EOS
-    return (a * (src_len - 1).float() + b + 1).long().clamp(min=1, max=limit)
+    # In float64 and capped before the conversion: a large a * length must not wrap around.
+    return (a * (src_len - 1).double() + b + 1).clamp(min=1, max=limit).long()
 
 
 class Ensemble:
@@ -148,7 +92,7 @@ def greedy_search(
     `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply."""
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
-    keys = _row_keys(src, sampling.seed) if sampling is not None else None
+    keys = row_keys(src, sampling.seed) if sampling is not None else None
     states = ensemble.start(src, 1)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
@@ -161,7 +105,7 @@ def greedy_search(
             best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
         else:
             assert keys is not None
-            tokens = _draw(log_probs, sampling, _uniforms(keys[active], t))
+            tokens = draw(log_probs, sampling, uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
         out[active, t] = tokens[:, 0]
         scores[active] += best[:, 0]
@@ -173,57 +117,6 @@ def greedy_search(
             active, tokens = active[keep], tokens[keep]
             states = [state.reorder(keep, keep) for state in states]
     return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
-
-
-def _row_keys(src: Tensor, seed: int) -> Tensor:
-    """One int64 key per sentence, a 64-bit hash of `seed` and its ids: what a sampled translation
-    depends on (not the batch it shares, the process or the order of the lines)."""
-    salt = str(seed).encode()[:64]
-    keys = [
-        int.from_bytes(
-            hashlib.blake2b(row[row != PAD_ID].numpy().tobytes(), digest_size=8, key=salt).digest()
-        )
-        for row in src.cpu()
-    ]
-    return torch.tensor([k - 2**64 if k >= 2**63 else k for k in keys], dtype=torch.long, device=src.device)
-
-
-def _shift(x: Tensor, n: int) -> Tensor:
-    """Logical right shift of int64 values (torch's >> keeps the sign)."""
-    return (x >> n) & ((1 << (64 - n)) - 1)
-
-
-def _uniforms(keys: Tensor, step: int) -> Tensor:
-    """A number in [0, 1) per row, a function of the row's key and the step alone: splitmix64's
-    mixing (Steele et al., 2014) in int64 arithmetic, which wraps around as uint64 would."""
-    x = keys + torch.full_like(keys, _GOLDEN) * (step + 1)
-    x = (x ^ _shift(x, 30)) * _MIX1
-    x = (x ^ _shift(x, 27)) * _MIX2
-    x = x ^ _shift(x, 31)
-    return _shift(x, 11).double() / 2.0**53
-
-
-_GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
-
-
-def _draw(log_probs: Tensor, sampling: Sampling, uniforms: Tensor) -> Tensor:
-    """One piece per row, (A, 1), from the tempered and truncated distribution, chosen by inverse
-    transform with the row's number in [0, 1)."""
-    # Shifted so that the likeliest piece is at 0 before dividing: a tiny temperature then gives
-    # -inf for the others, not -inf (and NaN) for all.
-    logits = log_probs.double()
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / sampling.temperature
-    if sampling.method == "topk" and 0 < sampling.topk < logits.shape[-1]:
-        logits, pieces = logits.topk(sampling.topk, dim=-1)
-    else:
-        logits, pieces = logits.sort(dim=-1, descending=True)
-    probs = logits.softmax(dim=-1)
-    if sampling.method == "topp":
-        # Keep a piece while the mass of the likelier ones is still below p (the first always).
-        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= sampling.topp, 0.0)
-    cdf = probs.cumsum(dim=-1)  # float64, like the uniforms
-    chosen = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(1), right=True)
-    return pieces.gather(1, chosen.clamp(max=pieces.shape[-1] - 1))
 
 
 def _strip(row: list[int]) -> list[int]:
@@ -242,7 +135,7 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
     states = ensemble.start(src, k)
-    fin_scores = torch.full((n, k), float("-inf"), device=device)
+    fin_scores = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)  # normalised
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     fin_count = torch.zeros(n, dtype=torch.long, device=device)
     active = torch.arange(n, device=device)  # sentence ids still searching
@@ -268,7 +161,9 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
         if bool(finish.any()):
             row, col = finish.nonzero(as_tuple=True)
             sent, s = active[row], slot[row, col]
-            fin_scores[sent, s] = top_scores[row, col] / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+            fin_scores[sent, s] = top_scores[row, col].double() / length_penalty(
+                t + 1, cfg.lenpen, cfg.lenpen_style
+            )
             fin_tokens[sent, s, :t] = history[row, top_beam[row, col]]
             fin_tokens[sent, s, t] = EOS_ID
             fin_count[active] += finish.sum(dim=1)

@@ -7,9 +7,9 @@
     t.translate(["A man rides a bike."], sampling=Sampling("topk", topk=10, seed=7))  # a random draw
 
 Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
-in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing, no global
-state and no files besides the checkpoints it loads. Imports torch, numpy, `checkpoint`, `config`,
-`device`, the model, search, `data.spm` and `errors`.
+in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing and no
+files besides the checkpoints it loads; torch's thread count is the one process-wide setting it
+changes, and only when asked (`threads`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from sentencepiece import SentencePieceProcessor
 from torch import nn
 
 from nmt_cli import checkpoint
-from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
+from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig, check_setting
 from nmt_cli.data import spm
-from nmt_cli.decoding.search import Ensemble, Sampling, translate_sentences
+from nmt_cli.decoding.search import Ensemble, translate_sentences
+from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
 from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
 from nmt_cli.device import check_precision, resolve_device
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
 
 CPU_PRECISION = "bf16"
@@ -78,15 +79,22 @@ class Translator:
         device: str = "auto",
         precision: str = "fp32",
         decode: DecodeOverrides = DecodeOverrides(),
+        threads: int = 0,
     ) -> Translator:
         """Load a checkpoint (or several, as an ensemble) on `device` ("auto", "cpu", "cuda",
-        "cuda:N") to decode in `precision` ("fp32" or "bf16"); `decode` overrides the recipe's
-        [decode] settings for every call. Raises `nmt_cli.errors.NmtError` with a one-line
-        message for a missing or damaged checkpoint or a bad setting."""
+        "cuda:N") to decode in `precision` ("fp32", "bf16", "int8" on CPU, "fp16" on GPU);
+        `decode` overrides the recipe's [decode] settings for every call; `threads` sets torch's
+        CPU threads (process-wide; 0 leaves them). Raises `nmt_cli.errors.NmtError` with a
+        one-line message for a missing or damaged checkpoint, and `SettingError` (a ValueError)
+        for a bad setting."""
+        check_setting("threads", threads)
         paths = [Path(model)] if isinstance(model, str | os.PathLike) else [Path(p) for p in model]
         if not paths:
             raise InputError("Translator.load: no checkpoint given")
-        return load_translator(paths, resolve_device(device), precision, decode)
+        translator = load_translator(paths, resolve_device(device), precision, decode)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        return translator
 
     @property
     def max_source(self) -> int:
@@ -98,13 +106,16 @@ class Translator:
         *,
         beam: int | None = None,
         lenpen: float | None = None,
-        batch_tokens: int = 4096,
+        lenpen_style: str | None = None,
+        max_len_a: float | None = None,
+        max_len_b: int | None = None,
+        min_len: int | None = None,
+        batch_tokens: int = BATCH_TOKENS,
         sampling: Sampling | None = None,
     ) -> list[str]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
-        results = self.translate_nbest(
-            lines, 1, beam=beam, lenpen=lenpen, batch_tokens=batch_tokens, sampling=sampling
-        )
+        search = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
+        results = self.translate_with(lines, self.settings(search, None, batch_tokens, sampling))
         return [hyps[0][0] for hyps in results]
 
     def translate_nbest(
@@ -114,29 +125,36 @@ class Translator:
         *,
         beam: int | None = None,
         lenpen: float | None = None,
-        batch_tokens: int = 4096,
+        lenpen_style: str | None = None,
+        max_len_a: float | None = None,
+        max_len_b: int | None = None,
+        min_len: int | None = None,
+        batch_tokens: int = BATCH_TOKENS,
         sampling: Sampling | None = None,
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
-        empty hypothesis. `beam` (default: the recipe's, raised to `nbest` if smaller), `lenpen` and
-        `sampling` (one drawn hypothesis per line instead of a search) apply to this call only."""
-        if nbest < 1 or batch_tokens < 1:
-            raise InputError("nbest and batch_tokens must be at least 1")
-        if sampling is not None:
-            sampling.validate()
-            if nbest > 1:
-                raise InputError("sampling draws one translation per line: nbest must be 1")
-            if beam is not None or lenpen is not None:
-                raise InputError("beam and lenpen are settings of the search, which sampling replaces")
-        settings = DecodeOverrides(beam=beam, lenpen=lenpen).apply(self.decode, "translate options")
-        if beam is None and settings.beam < nbest:
-            settings = DecodeOverrides(beam=nbest).apply(settings, "translate options")
-        if nbest > settings.beam:
-            raise InputError(f"nbest {nbest} is larger than the beam ({settings.beam}); raise the beam")
+        empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
+        given; `sampling` draws one hypothesis per line instead of searching) apply to this call
+        only; one out of range, or in conflict with another, raises `SettingError`."""
+        search = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
+        return self.translate_with(lines, self.settings(search, nbest, batch_tokens, sampling))
+
+    def settings(
+        self,
+        search: DecodeOverrides = DecodeOverrides(),
+        nbest: int | None = None,
+        batch_tokens: int = BATCH_TOKENS,
+        sampling: Sampling | None = None,
+    ) -> DecodeSettings:
+        """The checked settings of a call, over this translator's defaults (`settings.resolve`)."""
+        return resolve(self.decode, search, nbest, batch_tokens, sampling)
+
+    def translate_with(self, lines: Sequence[str], settings: DecodeSettings) -> list[Hypotheses]:
+        """Hypotheses for each line with settings made by `settings()`."""
         if self._pool is None:
             with self._lock:
-                return self._translate(list(lines), settings, batch_tokens, nbest, sampling)
-        results, truncated = self._pool.map(list(lines), (settings, batch_tokens, nbest, sampling))
+                return self._translate(list(lines), settings)
+        results, truncated = self._pool.map(list(lines), settings)
         with self._lock:
             self.truncated += truncated
         return results
@@ -147,13 +165,15 @@ class Translator:
         return self._pool.workers if self._pool is not None else 1
 
     def start_workers(self, workers: int) -> None:
-        """Decode in `workers` processes of one thread each from now on (CPU; see `workers`).
-        Call it before starting threads of your own: the processes are forked. Stop them with
-        `close()`."""
+        """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
+        `nmt translate --workers` counts them). Call it before starting threads of your own: the
+        processes are forked. Stop them with `close()`."""
+        check_setting("workers", workers)
         if self.device.type != "cpu" and workers > 1:
-            raise InputError(f"several decoding workers are for CPU decoding, not {self.device}")
-        if workers < 1:
-            raise InputError(f"workers {workers}: must be at least 1")
+            raise SettingError(
+                "workers", workers, f"several decoding workers are for CPU decoding, not {self.device}"
+            )
+        workers = decoding_workers(RuntimeConfig(workers=workers), self.device)
         if workers > 1 and can_fork():
             self._pool = WorkerPool(self._translate_part, workers)
 
@@ -163,21 +183,12 @@ class Translator:
             self._pool.close()
             self._pool = None
 
-    def _translate_part(
-        self, lines: list[str], call: tuple[DecodeConfig, int, int, Sampling | None]
-    ) -> tuple[list[Hypotheses], int]:
+    def _translate_part(self, lines: list[str], settings: DecodeSettings) -> tuple[list[Hypotheses], int]:
         """A worker's share of a call: its lines' results and how many it truncated."""
         before = self.truncated
-        return self._translate(lines, *call), self.truncated - before
+        return self._translate(lines, settings), self.truncated - before
 
-    def _translate(
-        self,
-        lines: list[str],
-        settings: DecodeConfig,
-        batch_tokens: int,
-        nbest: int,
-        sampling: Sampling | None = None,
-    ) -> list[Hypotheses]:
+    def _translate(self, lines: list[str], settings: DecodeSettings) -> list[Hypotheses]:
         ids = []
         for line in lines:
             # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
@@ -190,7 +201,13 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if len(x)]
         results: list[Hypotheses] = [[("", 0.0)] for _ in lines]
         hyps = translate_sentences(
-            self.ensemble, [ids[i] for i in todo], settings, batch_tokens, self.device, nbest, sampling
+            self.ensemble,
+            [ids[i] for i in todo],
+            settings.search,
+            settings.batch_tokens,
+            self.device,
+            settings.nbest,
+            settings.sampling,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]
@@ -207,8 +224,6 @@ def default_precision(device: torch.device) -> str:
 def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
     """Decoding processes: as asked; by default one per core on CPU (each of one thread), unless a
     thread count is given, which then goes to a single process."""
-    if runtime.workers < 0:
-        raise InputError(f"--workers {runtime.workers}: must be 0 (one per core) or a positive count")
     if device.type != "cpu":
         return 1
     if runtime.workers == 0:
@@ -244,7 +259,7 @@ def load_translator(
     assert cfg is not None and spm_models is not None
     return Translator(
         Ensemble(models),
-        overrides.apply(cfg.decode, "translate options"),
+        overrides.apply(cfg.decode),
         spm.load_processor(spm_models["src"]),
         spm.load_processor(spm_models["tgt"]),
         device,

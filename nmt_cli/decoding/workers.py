@@ -4,7 +4,7 @@ Decoding runs many small operations per step; one thread a process keeps every c
 arithmetic instead of waiting at the barriers of a multi-threaded operation. The processes are
 forked from the loaded translator (the weights are shared, copy-on-write, not reloaded); each
 call deals its lines out to them by length, round robin, so they finish together, and puts the
-answers back in input order. Imports the standard library and torch.
+answers back in input order.
 """
 
 from __future__ import annotations

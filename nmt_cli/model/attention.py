@@ -1,7 +1,7 @@
 """Multi-head attention (§3.2.2) on `scaled_dot_product_attention`, with its incremental cache.
 
-Imports torch only. The cache is an explicit value passed in and returned,
-never state hidden in the module.
+The cache is an explicit value passed in and returned, never state hidden in the
+module.
 """
 
 from __future__ import annotations

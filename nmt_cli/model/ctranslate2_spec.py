@@ -1,25 +1,24 @@
-"""An nmt Transformer as a CTranslate2 model, built with CTranslate2's own spec API.
+"""An nmt Transformer as a CTranslate2 model, described with CTranslate2's own spec API.
 
 CTranslate2 describes a model as a tree of specs whose variables are filled with weights; its
-`Converter` then validates, quantizes and saves the tree. This module fills that tree from a
-model's state dict: both engines then decode the same weights. What the spec cannot express
-(RealFormer scores, restricted attention, unequal head widths) is refused in one line naming the
-recipe key. Imports numpy, torch, `config`, `errors`, `model.layers`; ctranslate2 on call.
+`Converter` then validates, quantizes and saves the tree (`nmt export` does that). This module
+fills the tree from the model's modules, attribute by attribute as CTranslate2's own converters
+do, so that a renamed layer fails here and in mypy, not in a saved model: both engines then decode
+the same weights. What the spec cannot express (RealFormer scores, restricted attention, unequal
+head widths) is named by `unsupported`. ctranslate2 is imported on call (an optional extra).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch import Tensor
+from torch import Tensor, nn
 
 from nmt_cli.config import ModelConfig
-from nmt_cli.errors import InputError
-from nmt_cli.model.layers import sinusoidal_table
-
-QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_bfloat16", "int16", "float16", "bfloat16")
+from nmt_cli.model.attention import MultiHeadAttention
+from nmt_cli.model.layers import Embedding, FeedForward
+from nmt_cli.model.transformer import Transformer
 
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 """The pieces of ids 0-3 (config.PAD_ID, UNK_ID, BOS_ID, EOS_ID), named as CTranslate2 expects."""
@@ -41,32 +40,13 @@ def unsupported(cfg: ModelConfig) -> str | None:
     return None
 
 
-def write_model(
-    cfg: ModelConfig,
-    weights: dict[str, Tensor],
-    pieces: tuple[list[str], list[str]],
-    out_dir: Path,
-    quantization: str,
-) -> None:
-    """Save a CTranslate2 model directory at `out_dir` (which must not exist); `pieces` are the
-    source and target vocabularies, in id order."""
+def transformer_spec(model: Transformer, pieces: tuple[list[str], list[str]]) -> Any:
+    """CTranslate2's TransformerSpec of `model` with its source and target vocabularies (`pieces`,
+    in id order), ready for a Converter. Raises ValueError for what `unsupported` names."""
+    cfg = model.cfg
     reason = unsupported(cfg)
     if reason is not None:
-        raise InputError(f"cannot export to CTranslate2: {reason}")
-    from ctranslate2.converters import Converter
-
-    spec = _transformer_spec(cfg, {k: v.detach().float().cpu().numpy() for k, v in weights.items()})
-    spec.register_source_vocabulary(pieces[0])
-    spec.register_target_vocabulary(pieces[1])
-
-    class _Filled(Converter):  # the Converter API: _load() returns the spec to save
-        def _load(self) -> Any:
-            return spec
-
-    _Filled().convert(str(out_dir), quantization=None if quantization == "none" else quantization)
-
-
-def _transformer_spec(cfg: ModelConfig, w: dict[str, np.ndarray]) -> Any:
+        raise ValueError(reason)
     from ctranslate2.specs import TransformerSpec, common_spec
 
     pre_norm = cfg.norm == "pre"
@@ -81,58 +61,63 @@ def _transformer_spec(cfg: ModelConfig, w: dict[str, np.ndarray]) -> Any:
     spec.config.decoder_start_token = SPECIAL_PIECES[2]
     spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default
 
-    positions = _positions(cfg, w)
     enc, dec = spec.encoder, spec.decoder
-    enc.embeddings[0].weight = w["src_embed.tokens.weight"]
-    dec.embeddings.weight = w["tgt_embed.tokens.weight"]
+    enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
+    dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
     enc.scale_embeddings = dec.scale_embeddings = True  # x sqrt(d_model), §3.4
-    enc.position_encodings.encodings = positions["src"]
-    dec.position_encodings.encodings = positions["tgt"]
-    proj = w.get("output_proj.weight", w["tgt_embed.tokens.weight"])  # tied unless it has its own
-    dec.projection.weight = proj
+    enc.position_encodings.encodings = _positions(model.src_embed)
+    dec.position_encodings.encodings = _positions(model.tgt_embed)
+    # The pre-softmax weights are the target embedding unless the model has a projection of its own.
+    projection = model.output_proj.weight if model.output_proj is not None else model.tgt_embed.tokens.weight
+    dec.projection.weight = _array(projection)
     if pre_norm:
-        _norm(enc.layer_norm, w, "encoder_norm")
-        _norm(dec.layer_norm, w, "decoder_norm")
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
 
-    for i, layer in enumerate(enc.layer):
-        p = f"encoder.{i}."
-        _linear(layer.self_attention.linear[0], w, p + "self_attn.qkv_proj")
-        _linear(layer.self_attention.linear[1], w, p + "self_attn.out_proj")
-        _norm(layer.self_attention.layer_norm, w, p + "attn_res.norm")
-        _feed_forward(layer.ffn, w, p)
-    for i, layer in enumerate(dec.layer):
-        p = f"decoder.{i}."
-        _linear(layer.self_attention.linear[0], w, p + "self_attn.qkv_proj")
-        _linear(layer.self_attention.linear[1], w, p + "self_attn.out_proj")
-        _norm(layer.self_attention.layer_norm, w, p + "self_res.norm")
-        _linear(layer.attention.linear[0], w, p + "cross_attn.q_proj")
-        _linear(layer.attention.linear[1], w, p + "cross_attn.kv_proj")
-        _linear(layer.attention.linear[2], w, p + "cross_attn.out_proj")
-        _norm(layer.attention.layer_norm, w, p + "cross_res.norm")
-        _feed_forward(layer.ffn, w, p)
+    for ours, theirs in zip(model.encoder_layers, enc.layer, strict=True):
+        _self_attention(theirs.self_attention, ours.self_attn)
+        _norm(theirs.self_attention.layer_norm, ours.attn_res.norm)
+        _feed_forward(theirs.ffn, ours.ffn, ours.ffn_res.norm)
+    for block, theirs in zip(model.decoder_layers, dec.layer, strict=True):
+        _self_attention(theirs.self_attention, block.self_attn)
+        _norm(theirs.self_attention.layer_norm, block.self_res.norm)
+        _linear(theirs.attention.linear[0], block.cross_attn.q_proj)
+        _linear(theirs.attention.linear[1], block.cross_attn.kv_proj)
+        _linear(theirs.attention.linear[2], block.cross_attn.out_proj)
+        _norm(theirs.attention.layer_norm, block.cross_res.norm)
+        _feed_forward(theirs.ffn, block.ffn, block.ffn_res.norm)
+    spec.register_source_vocabulary(pieces[0])
+    spec.register_target_vocabulary(pieces[1])
     return spec
 
 
-def _positions(cfg: ModelConfig, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The position encodings each side adds, as a table CTranslate2 indexes by position."""
-    if cfg.positions == "learned":
-        return {"src": w["src_embed.positions.weight"], "tgt": w["tgt_embed.positions.weight"]}
-    table = sinusoidal_table(cfg.max_positions, cfg.d_model).numpy()
-    return {"src": table, "tgt": table}
+def _array(weight: Tensor) -> np.ndarray:
+    return weight.detach().float().cpu().numpy()
 
 
-def _linear(spec: Any, w: dict[str, np.ndarray], name: str) -> None:
-    # nmt's fused projections stack Q, K, V (and K, V) rows in the order CTranslate2 expects.
-    spec.weight = w[f"{name}.weight"]
-    spec.bias = w[f"{name}.bias"]
+def _positions(embed: Embedding) -> np.ndarray:
+    """The position encodings a side adds, as a table CTranslate2 indexes by position."""
+    return _array(embed.positions.weight if embed.learned else embed.table)
 
 
-def _norm(spec: Any, w: dict[str, np.ndarray], name: str) -> None:
-    spec.gamma = w[f"{name}.weight"]
-    spec.beta = w[f"{name}.bias"]
+def _self_attention(spec: Any, attention: MultiHeadAttention) -> None:
+    # nmt's fused projection stacks the Q, K and V rows in the order CTranslate2 expects.
+    _linear(spec.linear[0], attention.qkv_proj)
+    _linear(spec.linear[1], attention.out_proj)
 
 
-def _feed_forward(spec: Any, w: dict[str, np.ndarray], prefix: str) -> None:
-    _linear(spec.linear_0, w, prefix + "ffn.linear1")
-    _linear(spec.linear_1, w, prefix + "ffn.linear2")
-    _norm(spec.layer_norm, w, prefix + "ffn_res.norm")
+def _linear(spec: Any, linear: nn.Linear) -> None:
+    spec.weight = _array(linear.weight)
+    spec.bias = _array(linear.bias)
+
+
+def _norm(spec: Any, norm: nn.LayerNorm | nn.Module) -> None:
+    assert isinstance(norm, nn.LayerNorm), "pre-norm stacks end in a LayerNorm"
+    spec.gamma = _array(norm.weight)
+    spec.beta = _array(norm.bias)
+
+
+def _feed_forward(spec: Any, ffn: FeedForward, norm: nn.LayerNorm) -> None:
+    _linear(spec.linear_0, ffn.linear1)
+    _linear(spec.linear_1, ffn.linear2)
+    _norm(spec.layer_norm, norm)

@@ -1,7 +1,4 @@
-"""Building blocks: feed-forward network, residual sub-layer, embeddings and positions.
-
-Imports torch only.
-"""
+"""Building blocks: feed-forward network, residual sub-layer, embeddings and positions."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Transformer (§3): encoder, decoder, weight tying and incremental decoding.
 
-Pure nn.Module code: no files, printing, logging or device choice. Imports torch
-and `config`. The model returns logits or log-probabilities, never a loss.
+Pure nn.Module code: no files, printing, logging or device choice. The model returns
+logits or log-probabilities, never a loss.
 """
 
 from __future__ import annotations
@@ -225,6 +225,11 @@ class Transformer(nn.Module):
             new_kv.append(cache)
         state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
         return self.decoder_norm(x), state
+
+    @property
+    def encoder_layers(self) -> list[EncoderLayer]:
+        """The encoder stack with its layers' type (nn.ModuleList hands out plain Modules)."""
+        return cast(list[EncoderLayer], list(self.encoder))
 
     @property
     def decoder_layers(self) -> list[DecoderLayer]:

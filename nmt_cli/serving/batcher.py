@@ -9,8 +9,8 @@ decoding worker process), one gathers the next batch while the others decode the
 lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once, so memory
 stays bounded under overload.
 
-Knows nothing of HTTP or of the model: the decode and token-count functions are given. Imports
-only the standard library (and, for a type, `search`).
+Knows nothing of HTTP or of the model: the decode and token-count functions are given, and the
+settings are only compared.
 """
 
 from __future__ import annotations
@@ -24,20 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from nmt_cli.decoding.search import Sampling
+    from nmt_cli.decoding.settings import DecodeSettings
 
 Result = TypeVar("Result")
-
-
-@dataclass(frozen=True)
-class DecodeKey:
-    """The decode settings of a request; only requests with equal keys share a batch."""
-
-    beam: int
-    lenpen: float
-    nbest: int
-    sampling: Sampling | None = None
-    """Draw one translation per line instead of searching (then beam is 1)."""
 
 
 @dataclass
@@ -65,7 +54,7 @@ class Closed(Exception):
 @dataclass
 class _Request(Generic[Result]):
     lines: list[str]
-    key: DecodeKey
+    key: DecodeSettings
     arrived: float
     future: Future[list[Result]] = field(default_factory=Future)
     tokens: int | None = None
@@ -78,7 +67,7 @@ class Batcher(Generic[Result]):
 
     def __init__(
         self,
-        decode: Callable[[list[str], DecodeKey], list[Result]],
+        decode: Callable[[list[str], DecodeSettings], list[Result]],
         count_tokens: Callable[[str], int],
         max_batch_tokens: int,
         max_wait_s: float,
@@ -113,7 +102,7 @@ class Batcher(Generic[Result]):
         for thread in self._threads:
             thread.start()
 
-    def submit(self, lines: list[str], key: DecodeKey) -> Future[list[Result]]:
+    def submit(self, lines: list[str], key: DecodeSettings) -> Future[list[Result]]:
         """Queue `lines`; the future gets one result per line, in order (or the decode's error).
         Raises QueueFull when the lines would take the queue past `max_queue`, Closed after close()."""
         request: _Request[Result] = _Request(list(lines), key, time.monotonic())
@@ -194,7 +183,7 @@ class Batcher(Generic[Result]):
                 request.tokens = sum(len(line) for line in request.lines)
         self._backlog.extend(new)
 
-    def _tokens_like(self, key: DecodeKey) -> int:
+    def _tokens_like(self, key: DecodeSettings) -> int:
         return sum(r.tokens or 0 for r in self._backlog if r.key == key)
 
     def _decode(self, batch: list[_Request[Result]]) -> None:

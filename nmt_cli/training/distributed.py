@@ -5,7 +5,7 @@ out, and the few collectives the training loop needs.
 `torchrun` starts one process per device and tells each who it is through RANK, WORLD_SIZE
 and LOCAL_RANK (plus MASTER_ADDR/MASTER_PORT or its own rendezvous store). A plain `nmt train`
 has none of them: its world is one process and every helper below is then a no-op, so the
-single-process path runs no collective at all. Imports torch, numpy and `errors`.
+single-process path runs no collective at all.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@
 gradients normalised by the update's target tokens, step Adam with the schedule's learning
 rate, then log, validate, save and check the stop conditions. With several processes only
 rank 0 logs, validates and saves; `distributed.py` holds the collectives.
-Imports torch, the model, data, checkpoint, config, recipe, errors and report.
 """
 
 from __future__ import annotations

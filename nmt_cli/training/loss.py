@@ -4,7 +4,6 @@ The smoothed target puts 1 - eps on the reference and eps / (V - 1) on every oth
 The loss and its gradient (softmax - target distribution) are computed together in row chunks
 that read the logits in place: no (tokens x V) float32 tensor is ever materialised, and the
 gradient is kept in the logits' dtype.
-Imports torch and `config`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one mixed-precision mechanism: torch.autocast (bf16 on CPU and GPU, fp16 on GPU). Imports torch."""
+"""The one mixed-precision mechanism: torch.autocast (bf16 on CPU and GPU, fp16 on GPU)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Learning-rate schedules as pure functions of the update number (1-based). Imports nothing."""
+"""Learning-rate schedules as pure functions of the update number (1-based)."""
 
 from __future__ import annotations
 

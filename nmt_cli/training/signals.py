@@ -1,5 +1,5 @@
 """Stopping training cleanly on a signal: the first SIGINT or SIGTERM asks the loop to finish the
-current update, save and exit; a second Ctrl-C stops at once. Imports only the standard library."""
+current update, save and exit; a second Ctrl-C stops at once."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Validation: loss and perplexity on the valid split, and sacreBLEU of its translations.
-
-Imports torch, sacrebleu, sentencepiece (for its type), the model, data, search and config.
-"""
+"""Validation: loss and perplexity on the valid split, and sacreBLEU of its translations."""
 
 from __future__ import annotations
 

@@ -20,11 +20,11 @@ import torch
 from conftest import TrainedRun, nmt, sentences, tiny_model
 
 from nmt_cli import Translator, checkpoint
+from nmt_cli.commands.export import write_model
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.search import Ensemble, greedy_search
-from nmt_cli.errors import InputError
-from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, write_model
+from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec
 
 
 def ct2_translate(model_dir: Path, lines: list[str], compute_type: str = "float32") -> list[str]:
@@ -73,7 +73,7 @@ def test_every_weight_lands_in_its_place(variant: dict, tmp_path: Path) -> None:
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
     pieces = [*SPECIAL_PIECES, *(f"w{i}" for i in range(44))]
-    write_model(model.cfg, model.state_dict(), (pieces, pieces), tmp_path / "m", "none")
+    write_model(transformer_spec(model, (pieces, pieces)), tmp_path / "m", "none")
 
     rng = np.random.default_rng(0)
     sources = [rng.integers(4, 48, size=int(rng.integers(1, 12))) for _ in range(24)]
@@ -129,5 +129,5 @@ def test_existing_output_is_kept_without_force(trained: TrainedRun, tmp_path: Pa
 
 def test_library_refuses_unequal_head_widths(tmp_path: Path) -> None:
     model = tiny_model(d_k=8, d_v=4)
-    with pytest.raises(InputError, match="model.d_k"):
-        write_model(model.cfg, model.state_dict(), (list(SPECIAL_PIECES),) * 2, tmp_path, "none")
+    with pytest.raises(ValueError, match="model.d_k"):
+        transformer_spec(model, (list(SPECIAL_PIECES),) * 2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt_cli.cli.app import main
+from nmt_cli.cli.main import main
 from nmt_cli.data import corpus, spm
 from nmt_cli.errors import InputError
 

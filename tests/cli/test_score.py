@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt_cli.cli.app import main
+from nmt_cli.cli.main import main
 from nmt_cli.commands import score
 
 REF = ["The cat sits on the mat.", "A rich-text editor opens.", "Zwei Männer spielen Fußball im Park."]

@@ -47,7 +47,7 @@ def slow_fsync(fd):
     time.sleep(float(os.environ["NMT_TEST_FSYNC_DELAY"]))
     return fsync(fd)
 os.fsync = slow_fsync
-from nmt_cli.cli.app import main
+from nmt_cli.cli.main import main
 main(sys.argv[1:])
 """
 

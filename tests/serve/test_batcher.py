@@ -12,21 +12,23 @@ from concurrent.futures import Future
 
 import pytest
 
-from nmt_cli.serving.batcher import Batcher, Closed, DecodeKey, QueueFull
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
 
-BEAM4 = DecodeKey(beam=4, lenpen=0.6, nbest=1)
-GREEDY = DecodeKey(beam=1, lenpen=0.6, nbest=1)
+BEAM4 = DecodeSettings(DecodeConfig(beam=4))
+GREEDY = DecodeSettings(DecodeConfig(beam=1))
 
 
 class Recorder:
     """Decodes a line to its upper case, recording every call's lines and settings."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[list[str], DecodeKey]] = []
+        self.calls: list[tuple[list[str], DecodeSettings]] = []
         self.release = threading.Event()
         self.release.set()
 
-    def __call__(self, lines: list[str], key: DecodeKey) -> list[str]:
+    def __call__(self, lines: list[str], key: DecodeSettings) -> list[str]:
         self.release.wait(10)
         if any("boom" in line for line in lines):
             raise ValueError("cannot decode 'boom'")
@@ -65,7 +67,7 @@ def test_different_settings_are_never_mixed(recorder: Recorder) -> None:
     futures = [batcher.submit([f"line {i}"], BEAM4 if i % 2 else GREEDY) for i in range(6)]
     assert results(futures) == [[f"LINE {i}"] for i in range(6)]
     batcher.close()
-    assert sorted(key.beam for _, key in recorder.calls) == [1, 4]
+    assert sorted(key.search.beam for _, key in recorder.calls) == [1, 4]
     for lines, key in recorder.calls:
         assert all((int(line.split()[1]) % 2 == 1) == (key == BEAM4) for line in lines)
 
@@ -142,7 +144,7 @@ def test_two_decoding_threads_decode_two_batches_at_once() -> None:
     both_running = threading.Barrier(2, timeout=10)  # breaks (an error) unless two calls overlap
     calls: list[list[str]] = []
 
-    def decode(lines: list[str], key: DecodeKey) -> list[str]:
+    def decode(lines: list[str], key: DecodeSettings) -> list[str]:
         calls.append(list(lines))
         both_running.wait()
         return [line.upper() for line in lines]

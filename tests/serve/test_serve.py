@@ -21,7 +21,7 @@ from conftest import TrainedRun, nmt, one_thread, sentences
 from serve_helpers import Server, running_server
 
 import nmt_cli
-from nmt_cli.decoding.search import Sampling
+from nmt_cli.decoding.settings import Sampling
 from nmt_cli.decoding.translator import Translator
 
 MAX_LINES = 8

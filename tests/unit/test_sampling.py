@@ -18,7 +18,9 @@ from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
-from nmt_cli.decoding.search import Ensemble, Sampling, _draw, _row_keys, _uniforms, greedy_search
+from nmt_cli.decoding.sampling import draw, row_keys, uniforms
+from nmt_cli.decoding.search import Ensemble, greedy_search
+from nmt_cli.decoding.settings import Sampling
 from nmt_cli.decoding.workers import can_fork
 from nmt_cli.errors import InputError
 
@@ -127,15 +129,15 @@ def test_workers_give_the_samples_of_one_process(translator: Translator) -> None
 @pytest.mark.parametrize(
     "sampling, nbest, search, says",
     [
-        (Sampling("topx"), 1, {}, "--sampling"),
-        (Sampling("topk", topk=-1), 1, {}, "--topk"),
-        (Sampling("topp", topp=0.0), 1, {}, "--topp"),
-        (Sampling("topp", topp=1.01), 1, {}, "--topp"),
-        (Sampling("topk", temperature=0.0), 1, {}, "--temperature"),
-        (Sampling("topk", temperature=math.inf), 1, {}, "--temperature"),
-        (Sampling("topk"), 2, {}, "nbest"),
-        (Sampling("topk"), 1, {"beam": 4}, "beam"),
-        (Sampling("topk"), 1, {"lenpen": 1.0}, "lenpen"),
+        ({"method": "topx"}, 1, {}, "sampling='topx'"),
+        ({"topk": -1}, 1, {}, "topk=-1"),
+        ({"method": "topp", "topp": 0.0}, 1, {}, "topp=0.0"),
+        ({"method": "topp", "topp": 1.01}, 1, {}, "topp=1.01"),
+        ({"temperature": 0.0}, 1, {}, "temperature=0.0"),
+        ({"temperature": math.inf}, 1, {}, "temperature=inf"),
+        ({}, 2, {}, "nbest=2"),
+        ({}, 1, {"beam": 4}, "beam=4"),
+        ({}, 1, {"lenpen": 1.0}, "lenpen=1.0"),
     ],
     ids=[
         "method",
@@ -149,12 +151,13 @@ def test_workers_give_the_samples_of_one_process(translator: Translator) -> None
         "lenpen",
     ],
 )
-def test_bad_sampling_settings_are_input_errors(
-    translator: Translator, sampling: Sampling, nbest: int, search: dict, says: str
+def test_bad_sampling_settings_are_value_errors(
+    translator: Translator, sampling: dict, nbest: int, search: dict, says: str
 ) -> None:
-    with pytest.raises(InputError) as info:
-        translator.translate_nbest(["apple river"], nbest, sampling=sampling, **search)
-    assert "\n" not in str(info.value) and says in str(info.value)
+    with pytest.raises(ValueError) as info:
+        translator.translate_nbest(["apple river"], nbest, sampling=Sampling(**sampling), **search)
+    assert isinstance(info.value, InputError)
+    assert "\n" not in str(info.value) and str(info.value).startswith(says)
 
 
 # --- the search on a random model -----------------------------------------------------------------
@@ -255,22 +258,22 @@ def test_a_row_samples_the_same_alone_as_in_its_batch(model) -> None:
 
 def test_row_keys_ignore_padding_and_follow_the_seed() -> None:
     src = torch.tensor([[5, 6, EOS_ID, PAD_ID, PAD_ID], [5, 6, 7, 8, EOS_ID], [5, 6, EOS_ID, PAD_ID, PAD_ID]])
-    keys = _row_keys(src, 1)
+    keys = row_keys(src, 1)
     assert keys[0] == keys[2] != keys[1]
-    assert keys[0] == _row_keys(src[:1, :3], 1)[0]  # the same sentence without padding
-    assert len({int(_row_keys(src[:1], seed)[0]) for seed in range(50)}) == 50
+    assert keys[0] == row_keys(src[:1, :3], 1)[0]  # the same sentence without padding
+    assert len({int(row_keys(src[:1], seed)[0]) for seed in range(50)}) == 50
 
 
 def test_uniforms_are_uniform_in_the_unit_interval_and_change_with_key_and_step() -> None:
-    keys = _row_keys(torch.arange(4, 20_004).reshape(-1, 1), seed=1)  # 20,000 one-piece "sentences"
-    first, second = _uniforms(keys, 0), _uniforms(keys, 1)
+    keys = row_keys(torch.arange(4, 20_004).reshape(-1, 1), seed=1)  # 20,000 one-piece "sentences"
+    first, second = uniforms(keys, 0), uniforms(keys, 1)
     for u in (first, second):
         assert u.dtype == torch.float64
         assert bool(((u >= 0) & (u < 1)).all())
         counts = torch.histc(u.float(), bins=10, min=0.0, max=1.0)
         assert bool((counts - 2000).abs().max() < 200), counts  # each tenth: 2,000 +- 10%
     assert abs(float((first * second).mean()) - 0.25) < 0.01  # steps are not correlated
-    assert torch.equal(_uniforms(keys, 3), _uniforms(keys.clone(), 3))  # a function of key and step
+    assert torch.equal(uniforms(keys, 3), uniforms(keys.clone(), 3))  # a function of key and step
     assert float((first == second).double().mean()) < 0.001
 
 
@@ -332,14 +335,14 @@ def test_draws_follow_the_truncated_tempered_distribution(sampling: Sampling) ->
     want = expected(log_probs, sampling)
     # Evenly spaced numbers in [0, 1): each piece gets its probability's share of them, to within 1/n.
     grid = (torch.arange(n, dtype=torch.float64) + 0.5) / n
-    drawn = _draw(log_probs.expand(n, -1), sampling, grid)
+    drawn = draw(log_probs.expand(n, -1), sampling, grid)
     assert drawn.shape == (n, 1) and drawn.dtype == torch.long
     got = torch.bincount(drawn[:, 0], minlength=log_probs.shape[1]).double() / n
     assert {i for i in range(log_probs.shape[1]) if got[i] > 0} == set(want)
     for piece, p in want.items():
         assert float(got[piece]) == pytest.approx(p, abs=2.0 / n), piece
     # The ends of [0, 1): the likeliest piece, and the least likely one of the set (never PAD or BOS).
-    ends = _draw(log_probs.expand(2, -1), sampling, torch.tensor([0.0, 1.0 - 2.0**-53], dtype=torch.float64))
+    ends = draw(log_probs.expand(2, -1), sampling, torch.tensor([0.0, 1.0 - 2.0**-53], dtype=torch.float64))
     assert int(ends[0, 0]) == max(want, key=want.__getitem__)
     assert int(ends[1, 0]) == min(want, key=want.__getitem__)
 
@@ -351,7 +354,7 @@ def test_topk_draws_only_among_the_k_likeliest(k: int) -> None:
     log_probs = torch.randn(rows, 30, generator=g).log_softmax(-1)
     top = log_probs.topk(k, dim=-1).indices
     uniforms = torch.rand(rows * repeats, generator=g, dtype=torch.float64)
-    drawn = _draw(log_probs.repeat(repeats, 1), Sampling("topk", topk=k, temperature=1.5), uniforms)
+    drawn = draw(log_probs.repeat(repeats, 1), Sampling("topk", topk=k, temperature=1.5), uniforms)
     drawn = drawn.view(repeats, rows).T
     for r in range(rows):
         assert set(drawn[r].tolist()) == set(top[r].tolist())  # within the k, and each of them drawn
@@ -363,7 +366,7 @@ def test_topp_draws_only_from_the_smallest_set_of_mass_p(p: float) -> None:
     g = torch.Generator().manual_seed(int(p * 10))
     log_probs = torch.randn(rows, 30, generator=g).log_softmax(-1)
     uniforms = torch.rand(rows * repeats, generator=g, dtype=torch.float64)
-    drawn = _draw(log_probs.repeat(repeats, 1), Sampling("topp", topp=p), uniforms).view(repeats, rows).T
+    drawn = draw(log_probs.repeat(repeats, 1), Sampling("topp", topp=p), uniforms).view(repeats, rows).T
     for r in range(rows):
         probs, order = log_probs[r].double().exp().sort(descending=True)
         size = int((probs.cumsum(0) < p).sum()) + 1  # the first prefix whose mass reaches p
@@ -380,7 +383,7 @@ def test_a_temperature_near_zero_approaches_argmax() -> None:
     uniforms = torch.rand(rows * repeats, generator=g, dtype=torch.float64)
     share = []
     for temperature in (2.0, 1.0, 0.3, 0.1, 1e-3):
-        drawn = _draw(
+        drawn = draw(
             log_probs.repeat(repeats, 1), Sampling("topk", topk=0, temperature=temperature), uniforms
         )
         share.append(float((drawn[:, 0] == argmax).double().mean()))
@@ -411,11 +414,11 @@ def denormals_flushed(flush: bool) -> Iterator[None]:
     ids=["denormals-1e-45", "flush-to-zero-1e-38", "flush-to-zero-1e-45"],
 )
 def test_a_tiny_positive_temperature_is_still_argmax(flush: bool, temperature: float) -> None:
-    Sampling("topk", topk=0, temperature=temperature).validate()  # accepted
+    Sampling("topk", topk=0, temperature=temperature)  # accepted: checked on creation
     log_probs = row_log_probs(seed=1)
     with denormals_flushed(flush):
         for method in ("topk", "topp"):
-            drawn = _draw(
+            drawn = draw(
                 log_probs.expand(3, -1),
                 Sampling(method, topk=0, temperature=temperature),
                 torch.tensor([0.0, 0.5, 0.999], dtype=torch.float64),
@@ -518,7 +521,7 @@ def test_cli_bad_sampling_options_are_one_line_exit_2(
 
 def test_seeds_that_agree_in_their_low_bits_still_differ() -> None:
     src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID]])
-    low = _row_keys(src, 1)
-    assert not torch.equal(low, _row_keys(src, 1 + 2**32))
-    assert not torch.equal(low, _row_keys(src, -1))
-    assert torch.equal(low, _row_keys(src, 1))
+    low = row_keys(src, 1)
+    assert not torch.equal(low, row_keys(src, 1 + 2**32))
+    assert not torch.equal(low, row_keys(src, -1))
+    assert torch.equal(low, row_keys(src, 1))

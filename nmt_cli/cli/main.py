@@ -1,0 +1,52 @@
+"""The entry point of the command line: runs the Typer app, and turns whatever escapes a command
+into one line on stderr and an exit code: 2 for bad input or usage (a usage error too, instead of
+click's usage box), 1 for runtime failures, 130 when interrupted; a traceback only with --debug.
+This is the only place that prints errors.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import typer
+
+from nmt_cli.cli.app import Globals, app
+from nmt_cli.errors import SettingError, describe
+
+try:  # recent Typer releases ship their own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Everything that escapes a command, a usage error included, becomes
+    one line and an exit code here."""
+    try:
+        code = app(args=argv, prog_name="nmt", standalone_mode=False)
+    except NoArgsIsHelpError as err:  # `nmt` alone: the help, as click shows it
+        err.show()
+        sys.exit(err.exit_code)
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "nmt"
+        _fail(f"{err.format_message()} (see {where} --help)", err.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (e.g. `| head`); nothing left to say
+        sys.exit(1)
+    except typer.Abort:  # click's form of Ctrl-C
+        _fail("interrupted", 130)
+    except SettingError as err:
+        _fail(err.as_option(), err.exit_code)
+    except (Exception, KeyboardInterrupt) as exc:  # the last line of defence against a raw traceback
+        message, exit_code = describe(exc) or (str(exc), 1)
+        _fail(message, exit_code)
+    if isinstance(code, int) and code != 0:
+        sys.exit(code)
+
+
+def _fail(message: str, code: int) -> None:
+    if Globals.debug:
+        traceback.print_exc()
+    print(f"nmt: error: {message}", file=sys.stderr)
+    sys.exit(code)

@@ -1,0 +1,121 @@
+"""The decode rules: what one call decodes with, checked once for every front end.
+
+`nmt translate`, the Python API and `nmt serve` each gather what the user gave (options,
+keyword arguments, JSON fields) into `DecodeOverrides` and `Sampling`, then call `resolve`,
+which applies the rules between settings and fills in the checkpoint's recipe for the rest.
+Every value is checked against `config.SETTINGS`; every refusal is a `SettingError` naming the
+setting, which the command line words as `--flag`, the API as `name=` and HTTP as its field.
+No front end checks a decode setting itself. Pure Python: no torch, so the command line can
+check its options before it loads anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from nmt_cli.config import DecodeConfig, DecodeOverrides, check_setting
+from nmt_cli.errors import SettingError
+
+BATCH_TOKENS = 4096
+"""Source tokens per batch by default (`--batch-tokens`, `batch_tokens=`)."""
+
+SAMPLING_FIELDS = ("topk", "topp", "temperature", "seed")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Draw each next piece at random instead of searching: the usual way to back-translate
+    monolingual text (Edunov et al., 2018). One sample per line. Checked on creation."""
+
+    method: str = "topk"
+    """"topk": among the `topk` likeliest pieces; "topp": among the fewest likeliest pieces whose
+    probabilities add up to `topp` (nucleus sampling, Holtzman et al., 2020)."""
+    topk: int = 10
+    """0 draws from the whole vocabulary."""
+    topp: float = 0.9
+    temperature: float = 1.0
+    """Log-probabilities are divided by it before drawing: below 1 sharper, above 1 flatter."""
+    seed: int = 1
+    """A line's sample depends on the line, the model, the options and this seed only: not on
+    the batch, the process or the other lines (identical lines get identical samples)."""
+
+    def __post_init__(self) -> None:
+        check_setting("sampling", self.method)
+        for name in SAMPLING_FIELDS:
+            check_setting(name, getattr(self, name))
+        for name in ("topp", "temperature"):  # a JSON or Python integer such as 1
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    @classmethod
+    def given(
+        cls,
+        method: object,
+        topk: object = None,
+        topp: object = None,
+        temperature: object = None,
+        seed: object = None,
+    ) -> Sampling | None:
+        """Sampling as a command line or a request gives it, one setting at a time (None: not
+        given): None without a method, which the others need; each method takes its own limit."""
+        given = {"topk": topk, "topp": topp, "temperature": temperature, "seed": seed}
+        given = {name: value for name, value in given.items() if value is not None}
+        if method is None:
+            for name, value in given.items():
+                raise SettingError(name, value, "goes with {sampling} topk or {sampling} topp")
+            return None
+        check_setting("sampling", method)
+        other = "topp" if method == "topk" else "topk"
+        if other in given:
+            raise SettingError(
+                other, given[other], f"goes with {{sampling}} {other}, not {{sampling}} {method}"
+            )
+        return cls(str(method), **given)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """One call's settings with every rule checked (made by `resolve`). Frozen and comparable:
+    `nmt serve` decodes requests with equal settings together."""
+
+    search: DecodeConfig
+    nbest: int = 1
+    batch_tokens: int = BATCH_TOKENS
+    sampling: Sampling | None = None
+    """Draw one translation per line instead of searching (the search then has beam 1)."""
+
+
+def resolve(
+    defaults: DecodeConfig,
+    search: DecodeOverrides = DecodeOverrides(),
+    nbest: object = None,
+    batch_tokens: object = BATCH_TOKENS,
+    sampling: Sampling | None = None,
+) -> DecodeSettings:
+    """The settings of one call: what was given (None: not given), the rules between settings,
+    and `defaults` (the checkpoint's [decode]) for the rest. A missing beam is the recipe's,
+    raised to `nbest`. Raises SettingError."""
+    if nbest is not None:
+        check_setting("nbest", nbest)
+    check_setting("batch_tokens", batch_tokens)
+    count = int(nbest or 1)  # type: ignore[call-overload]
+    given = search.given()
+    if sampling is not None:
+        for name in ("beam", "lenpen", "lenpen_style"):
+            if name in given:
+                raise SettingError(
+                    name, given[name], "is a setting of the search, which {sampling} replaces; leave it out"
+                )
+        if count > 1:
+            raise SettingError("nbest", nbest, "{sampling} draws one translation per line; leave it out")
+        settings = dataclasses.replace(search.apply(defaults), beam=1)
+    else:
+        settings = search.apply(defaults)
+        if "beam" not in given and settings.beam < count:
+            settings = dataclasses.replace(settings, beam=count)
+        if count > settings.beam:
+            raise SettingError("nbest", nbest, f"larger than {{beam}} {settings.beam}; raise {{beam}}")
+    if settings.max_len_a == 0 and settings.max_len_b == 0:
+        name = "max_len_b" if "max_len_b" in given else "max_len_a"
+        raise SettingError(name, 0, "{max_len_a} and {max_len_b} are both 0: no room for a translation")
+    return DecodeSettings(settings, count, int(batch_tokens), sampling)  # type: ignore[call-overload]

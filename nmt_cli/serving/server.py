@@ -1,0 +1,88 @@
+"""The server of `nmt serve`: the listening socket, bound before the model loads, and uvicorn
+running the app until SIGINT or SIGTERM, after which every request in flight is finished."""
+
+import contextlib
+import copy
+import logging
+import signal
+import socket
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from nmt_cli.errors import InputError, NmtError
+from nmt_cli.serving.app import ServeLimits
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from uvicorn import Server
+
+log = logging.getLogger("nmt_cli.serving")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port but not listening yet: a taken port fails before the model is
+    loaded, and until the server starts, connections are refused rather than left hanging."""
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port {port}: must be from 0 to 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as err:
+        raise InputError(f"--host {host}: {err.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise InputError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    return sock
+
+
+def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: bool) -> None:
+    """Serve until SIGINT or SIGTERM, then stop accepting, finish every request, and return."""
+    import uvicorn
+
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    level = "warning" if quiet else "info"
+    log_config["loggers"]["nmt_cli"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    # A backstop against a flood of connections (each may hold a body in memory): every queued or
+    # decoding request has at least one line, so more than twice --max-queue is never needed.
+    config = uvicorn.Config(
+        app,
+        log_config=log_config,
+        log_level=level,
+        access_log=not quiet,
+        lifespan="on",
+        limit_concurrency=2 * limits.max_queue + 64,
+    )
+    server = _graceful_server(config)
+    server.run(sockets=[sock])
+    if server.force_exit:
+        raise NmtError("stopped at once by a second Ctrl-C; requests in flight were dropped", exit_code=130)
+
+
+def _graceful_server(config: Any) -> "Server":
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            # uvicorn re-raises the signal after its graceful shutdown, which would end the process
+            # by SIGTERM (or a KeyboardInterrupt) instead of exit status 0 once everything is done.
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and sockets:  # uvicorn names the address only for sockets it binds
+                host, port = sockets[0].getsockname()[:2]
+                where = f"[{host}]" if ":" in host else host
+                log.info(f"nmt serve: listening on http://{where}:{port} (Ctrl-C to stop)")
+
+    return GracefulServer(config)
