@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check nmt_cli tests bench
 	$(BIN)/ruff format --check nmt_cli tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 demo: $(STAMP)
 	$(BIN)/python -m nmt_cli.demo --out demo
