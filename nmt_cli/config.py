@@ -143,6 +143,14 @@ class TrainConfig:
     seed: int = 1
     """Seed for initialisation, dropout and batch order."""
 
+    def for_processes(self, processes: int) -> TrainConfig:
+        """These settings for `processes` training processes: with update_tokens set, update_freq
+        gives that many tokens per update whatever the number of processes."""
+        if self.update_tokens <= 0:
+            return self
+        update_freq = max(1, math.ceil(self.update_tokens / (self.max_tokens * processes)))
+        return dataclasses.replace(self, update_freq=update_freq)
+
     def validate(self, where: str) -> None:
         for name in ("max_tokens", "update_freq", "warmup"):
             _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
@@ -228,9 +236,8 @@ class RunConfig:
             getattr(self, section.name).validate(where)
 
 
-# The values each setting a user gives may take: decoding (from the recipe's [decode], the command
-# line, the Python API or an HTTP request), its sampling, and the CPU threads and processes that run
-# it. `decoding.settings` adds the rules between settings; nothing else checks these.
+# The values each setting a user gives may take (decoding from the recipe, the command line, the API
+# or HTTP; CPU threads and processes); `decoding.settings` adds the rules between settings.
 
 
 @dataclass(frozen=True)
@@ -288,10 +295,7 @@ def setting_problem(name: str, value: object) -> str | None:
     allowed = SETTINGS[name]
     if isinstance(allowed, Range):
         return allowed.problem(value)
-    if value in allowed and isinstance(value, str):
-        return None
-    quoted = [f'"{choice}"' for choice in allowed]
-    return f"use {', '.join(quoted[:-1])} or {quoted[-1]}"
+    return None if isinstance(value, str) and value in allowed else _use(allowed)
 
 
 def check_setting(name: str, value: object) -> None:
@@ -307,8 +311,12 @@ def _check(ok: bool, where: str, key: str, problem: str) -> None:
 
 
 def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
+    _check(value in choices, where, key, f"'{value}': {_use(choices)}")
+
+
+def _use(choices: tuple[str, ...]) -> str:
     quoted = [f'"{c}"' for c in choices]
-    _check(value in choices, where, key, f"'{value}': use {', '.join(quoted[:-1])} or {quoted[-1]}")
+    return f"use {', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 # Settings the command line builds from options: not part of a recipe.
@@ -331,11 +339,8 @@ class DecodeOverrides:
             check_setting(name, value)
 
     def given(self) -> dict[str, object]:
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
-        }
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
 
     def apply(self, base: DecodeConfig) -> DecodeConfig:
         """`base` with the given settings in place."""

@@ -1,1 +1,3 @@
-"""The command line: the Typer app and the options several commands share."""
+"""The command line: `app` declares the commands and parses their options into typed objects,
+`options` holds the options several commands share, and `main` runs the app and turns every
+error into one line and an exit code."""

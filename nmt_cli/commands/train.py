@@ -9,7 +9,6 @@ vocabulary it keeps. Launched by torchrun, each process runs this with its own R
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from nmt_cli.training import distributed
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
 
+LAST = Path("checkpoints") / "checkpoint_last.pt"
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
 REGULARISATION = ("dropout", "attention_dropout", "activation_dropout")  # fine-tuning may change these
 
@@ -86,86 +86,26 @@ def open_session(
     checkpoint, or start it from `start` (every process reads the same files: --data and --out
     must be shared by all nodes)."""
     meta = corpus.load_meta(data)
-    last = out / "checkpoints" / "checkpoint_last.pt"
-    resume = checkpoint.load(last) if last.exists() else None
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
-    if start is not None and resume is not None:
-        reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
-    src_model, tgt_model = spm.read_models(data, meta)
-    # Before the config: a vocabulary of another size would otherwise be reported as a model
-    # field. Equal vocabulary sizes are not enough: another model's ids mean other pieces.
-    languages = (meta.src, meta.tgt)
-    if resume is not None and resume.languages not in (None, languages):
-        raise InputError(
-            f"cannot resume {last}: the run translates {'-'.join(resume.languages)} and --data {data} is "
-            f"{'-'.join(languages)}; resume with the data the run was trained on, or use a new --out"
-        )
-    if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != (src_model, tgt_model):
-        raise InputError(
-            f"cannot resume {last}: --data {data} was prepared with another sentencepiece model, so "
-            "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
-        )
-    if (
-        init is not None
-        and start is not None
-        and (init.spm["src"], init.spm["tgt"]) != (src_model, tgt_model)
-    ):
-        if init.languages == languages[::-1]:  # separate vocabularies, swapped by --spm-from
-            raise InputError(
-                f"--init-from {start.checkpoint}: it translates {'-'.join(init.languages)} with separate "
-                f"vocabularies, and --data {data} is {'-'.join(languages)}: its encoder cannot read "
-                f"{meta.src}; start from a {'-'.join(languages)} checkpoint"
-            )
-        raise InputError(
-            f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
-            f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
-        )
+    resume, init = _checkpoints(out, start, reporter)
+    spm_models = spm.read_models(data, meta)
+    # Before the config: a vocabulary of another size would otherwise be reported as a model field.
+    _check_vocabulary(data, meta, spm_models, out, resume, init, start)
     if init is not None and start is not None:
         cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True)
     else:
-        cfg = resolve_config(recipe, overrides, meta, resume, last)
+        cfg = resolve_config(recipe, overrides, meta, resume, out / LAST)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
-    if cfg.train.update_tokens > 0:  # the same tokens per update whatever the number of processes
-        update_freq = max(1, math.ceil(cfg.train.update_tokens / (cfg.train.max_tokens * world.size)))
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, update_freq=update_freq))
+    cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
+    _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     optimizer_state = _optimizer_to_keep(init, start)
-    corpus_sizes = meta.corpus_sizes()
-    weights = cfg.train.corpus_weights
-    if weights and len(weights) != len(corpus_sizes):
-        raise InputError(
-            f"train.corpus_weights has {len(weights)} weights but --data {data} has {len(corpus_sizes)} "
-            "training corpora; give one weight per `nmt prepare --train`, in that order"
-        )
-    if any(w > 0 and n == 0 for w, n in zip(weights, corpus_sizes, strict=False)):
-        raise InputError(
-            f"train.corpus_weights gives a share to a corpus of --data {data} that kept no pairs; "
-            "set its weight to 0"
-        )
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
-
     if world.is_main:
-        try:
-            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InputError(
-                f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a "
-                "writable --out"
-            ) from None
-        checkpoint.remove_stale_temporaries(out / "checkpoints")
-        _write_atomic(out / "config.toml", dump_toml(cfg))
-    torch.manual_seed(cfg.train.seed)
-    model = Transformer(cfg.model)
-    if resume is not None or init is not None:
-        model.load_state_dict(resume.model if resume is not None else init.model)  # type: ignore[union-attr]
-    model.to(dev)
-    if compile_model:
-        model.compile()  # in place: parameter names (and so checkpoints) stay those of the model
+        _prepare_run_directory(out, cfg)
+    model = _build_model(cfg, resume or init, dev, compile_model)
     processes = f" x {world.size} processes" if world.distributed else ""
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
     reporter.info(
@@ -180,16 +120,107 @@ def open_session(
         train_data=train_data,
         valid_data=valid_data,
         run_dir=out,
-        spm_models={"src": src_model, "tgt": tgt_model},
+        spm_models={"src": spm_models[0], "tgt": spm_models[1]},
         languages=(meta.src, meta.tgt),
         device=dev,
         reporter=reporter,
-        tgt_processor=spm.load_processor(tgt_model),
+        tgt_processor=spm.load_processor(spm_models[1]),
         world=world,
-        corpus_sizes=corpus_sizes,
+        corpus_sizes=meta.corpus_sizes(),
         initial_optimizer=optimizer_state,
     )
     return session, resume
+
+
+def _checkpoints(
+    out: Path, start: Start | None, reporter: Reporter
+) -> tuple[checkpoint.Checkpoint | None, checkpoint.Checkpoint | None]:
+    """The run's last checkpoint to resume, or else the --init-from one to start from (or neither)."""
+    last = out / LAST
+    resume = checkpoint.load(last) if last.exists() else None
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    if start is not None and resume is not None:
+        reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
+    init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
+    return resume, init
+
+
+def _check_vocabulary(
+    data: Path,
+    meta: corpus.CorpusMeta,
+    spm_models: tuple[bytes, bytes],
+    out: Path,
+    resume: checkpoint.Checkpoint | None,
+    init: checkpoint.Checkpoint | None,
+    start: Start | None,
+) -> None:
+    """The data must be in the languages and the sentencepiece models of the checkpoint it
+    continues: equal vocabulary sizes are not enough, another model's ids mean other pieces."""
+    languages = (meta.src, meta.tgt)
+    if resume is not None and resume.languages not in (None, languages):
+        raise InputError(
+            f"cannot resume {out / LAST}: the run translates {'-'.join(resume.languages)} and --data "
+            f"{data} is {'-'.join(languages)}; resume with the data the run was trained on, or use a "
+            "new --out"
+        )
+    if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != spm_models:
+        raise InputError(
+            f"cannot resume {out / LAST}: --data {data} was prepared with another sentencepiece model, so "
+            "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
+        )
+    if init is None or start is None or (init.spm["src"], init.spm["tgt"]) == spm_models:
+        return
+    if init.languages == languages[::-1]:  # separate vocabularies, swapped by --spm-from
+        raise InputError(
+            f"--init-from {start.checkpoint}: it translates {'-'.join(init.languages)} with separate "
+            f"vocabularies, and --data {data} is {'-'.join(languages)}: its encoder cannot read "
+            f"{meta.src}; start from a {'-'.join(languages)} checkpoint"
+        )
+    raise InputError(
+        f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
+        f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
+    )
+
+
+def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: Path) -> None:
+    if weights and len(weights) != len(corpus_sizes):
+        raise InputError(
+            f"train.corpus_weights has {len(weights)} weights but --data {data} has {len(corpus_sizes)} "
+            "training corpora; give one weight per `nmt prepare --train`, in that order"
+        )
+    if any(w > 0 and n == 0 for w, n in zip(weights, corpus_sizes, strict=False)):
+        raise InputError(
+            f"train.corpus_weights gives a share to a corpus of --data {data} that kept no pairs; "
+            "set its weight to 0"
+        )
+
+
+def _prepare_run_directory(out: Path, cfg: RunConfig) -> None:
+    """checkpoints/ (without what a killed run left half-written) and the resolved config.toml."""
+    try:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(
+            f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a writable --out"
+        ) from None
+    checkpoint.remove_stale_temporaries(out / "checkpoints")
+    with atomic_write(out / "config.toml") as stream:
+        stream.write(dump_toml(cfg))
+
+
+def _build_model(
+    cfg: RunConfig, weights: checkpoint.Checkpoint | None, dev: torch.device, compile_model: bool
+) -> Transformer:
+    """The model of `cfg`, seeded, with the weights of `weights` when given, on `dev`."""
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model)
+    if weights is not None:
+        model.load_state_dict(weights.model)
+    model.to(dev)
+    if compile_model:
+        model.compile()  # in place: parameter names (and so checkpoints) stay those of the model
+    return model
 
 
 def resolve_config(
@@ -243,8 +274,3 @@ def _optimizer_to_keep(init: checkpoint.Checkpoint | None, start: Start | None) 
             "give a numbered checkpoint of the run, or use --reset-optimizer"
         )
     return init.train_state.optimizer
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    with atomic_write(path) as stream:
-        stream.write(text)
