@@ -1,10 +1,10 @@
 """Typed configuration: the recipe schema, and the settings objects the command line builds.
 
 The recipe dataclasses (`RunConfig` and its sections) are the only schema of a recipe; `recipe`
-reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig` and `PrepareConfig` hold what
-the command line asks for: the CLI builds them from options and hands them to the commands; none
-is part of a recipe. `SETTINGS` holds the values each setting a user gives may take, the recipe's
-[decode] included. Also the fixed sentencepiece ids.
+reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig`, `PrepareConfig` and
+`ServeLimits` hold what the command line asks for: the CLI builds them from options and hands them
+to the commands; none is part of a recipe. The values each setting may take are in `ranges`. Also
+the fixed sentencepiece ids.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nmt_cli.errors import InputError, SettingError
+from nmt_cli.errors import InputError
+from nmt_cli.ranges import check_setting, one_of, setting_problem
 
 # Fixed sentencepiece ids (data/spm.py trains with these), shared by data, model and search.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -236,87 +237,13 @@ class RunConfig:
             getattr(self, section.name).validate(where)
 
 
-# The values each setting a user gives may take (decoding from the recipe, the command line, the API
-# or HTTP; CPU threads and processes); `decoding.settings` adds the rules between settings.
-
-
-@dataclass(frozen=True)
-class Range:
-    """Integers, or finite numbers, from `low` to `high` (`low` itself excluded when `above`)."""
-
-    kind: type
-    low: int | float
-    high: int | float
-    above: bool = False
-
-    def problem(self, value: object) -> str | None:
-        if self.kind is int:
-            ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        else:
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
-            what = "a number"
-        if ok:  # compared as given: an integer past 2**53 is not rounded to a float
-            number: float = value  # type: ignore[assignment]
-            ok = (number > self.low if self.above else number >= self.low) and number <= self.high
-        bounds = f"above {self.low:,} and at most" if self.above else f"from {self.low:,} to"
-        return None if ok else f"must be {what} {bounds} {self.high:,}"
-
-
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer past the largest float
-        return False
-
-
-MAX_BEAM = 128  # bounds the work and memory one call may ask for (beam x nbest x vocabulary scores)
-SETTINGS: dict[str, Range | tuple[str, ...]] = {
-    "beam": Range(int, 1, MAX_BEAM),
-    "nbest": Range(int, 1, MAX_BEAM),
-    # Bounded so that the length penalty of any length stays far inside float64.
-    "lenpen": Range(float, 0, 10),
-    "lenpen_style": ("gnmt", "fairseq"),
-    "max_len_a": Range(float, 0, 100),
-    "max_len_b": Range(int, 0, 100_000),
-    "min_len": Range(int, 0, 100_000),
-    "batch_tokens": Range(int, 1, 1_000_000),
-    "sampling": ("topk", "topp"),
-    "topk": Range(int, 0, 1_000_000),
-    "topp": Range(float, 0, 1, above=True),
-    "temperature": Range(float, 0, 100, above=True),
-    "seed": Range(int, 0, 2**63 - 1),
-    "threads": Range(int, 0, 1024),
-    "workers": Range(int, 0, 256),
-}
-
-
-def setting_problem(name: str, value: object) -> str | None:
-    """What is wrong with `value` for setting `name`, or None."""
-    allowed = SETTINGS[name]
-    if isinstance(allowed, Range):
-        return allowed.problem(value)
-    return None if isinstance(value, str) and value in allowed else _use(allowed)
-
-
-def check_setting(name: str, value: object) -> None:
-    """Raise SettingError when `value` is not one that setting `name` takes."""
-    problem = setting_problem(name, value)
-    if problem is not None:
-        raise SettingError(name, value, problem)
-
-
 def _check(ok: bool, where: str, key: str, problem: str) -> None:
     if not ok:
         raise InputError(f"{where}: {key}: {problem}")
 
 
 def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
-    _check(value in choices, where, key, f"'{value}': {_use(choices)}")
-
-
-def _use(choices: tuple[str, ...]) -> str:
-    quoted = [f'"{c}"' for c in choices]
-    return f"use {', '.join(quoted[:-1])} or {quoted[-1]}"
+    _check(value in choices, where, key, f"'{value}': {one_of(choices)}")
 
 
 # Settings the command line builds from options: not part of a recipe.
@@ -397,3 +324,39 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         if isinstance(self.train, str):  # one prefix, as before several corpora were possible
             object.__setattr__(self, "train", (self.train,))
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
+
+    max_batch_tokens: int = 4096
+    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
+    max_wait_ms: float = 5.0
+    """How long the oldest waiting request waits for others to join its batch."""
+    max_queue: int = 1024
+    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
+    max_input_chars: int = 2000
+    """Longest line a request may send, in characters."""
+    max_lines: int = 256
+    """Most lines in one request."""
+
+    def validate(self) -> None:
+        problem = setting_problem("batch_tokens", self.max_batch_tokens)  # each request's batch_tokens
+        if problem is not None:
+            raise InputError(f"--max-batch-tokens {self.max_batch_tokens}: {problem}")
+        for name in ("max_queue", "max_input_chars", "max_lines"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if not 0 <= self.max_wait_ms <= 60_000:
+            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
+        if self.max_lines > self.max_queue:
+            raise InputError(
+                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
+                "such a request could never be queued"
+            )
+
+    @property
+    def max_body_bytes(self) -> int:
+        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
+        return self.max_lines * (12 * self.max_input_chars + 8) + 1024

@@ -368,8 +368,7 @@ def serve(
 ) -> None:
     """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]')."""
     from nmt_cli.commands import serve as command
-    from nmt_cli.config import RuntimeConfig
-    from nmt_cli.serving.app import ServeLimits
+    from nmt_cli.config import RuntimeConfig, ServeLimits
 
     limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)

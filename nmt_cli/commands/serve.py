@@ -11,12 +11,11 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from nmt_cli.config import RuntimeConfig
+from nmt_cli.config import RuntimeConfig, ServeLimits
 from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.report import Reporter
 from nmt_cli.serving import app, server
-from nmt_cli.serving.app import ServeLimits
 
 
 def run(

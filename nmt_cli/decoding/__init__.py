@@ -4,5 +4,5 @@
 runs greedy and batched beam search over the model's incremental decoder, `sampling` the random
 draws that replace the search; `translator` is the Python API (checkpoints in, strings out),
 shared by `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks; `workers` runs it in
-forked processes of one thread each. Imports the model and data, never serving or the commands.
+forked processes of one thread each.
 """

@@ -34,7 +34,7 @@ def length_penalty(length: int, alpha: float, style: str) -> float:
     """GNMT ((5 + |Y|) / 6)^alpha (Wu et al., 2016, the paper's choice) or fairseq's |Y|^alpha.
 
     |Y| counts the generated tokens including the final EOS. A Python float (float64): with
-    alpha at most 10 (`config.SETTINGS`) it stays below 1e100 for any length a model can have.
+    alpha at most 10 (`ranges.SETTINGS`) it stays below 1e100 for any length a model can have.
     """
     base = (5.0 + length) / 6.0 if style == "gnmt" else float(length)
     return base**alpha

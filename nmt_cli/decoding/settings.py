@@ -3,7 +3,7 @@
 `nmt translate`, the Python API and `nmt serve` each gather what the user gave (options,
 keyword arguments, JSON fields) into `DecodeOverrides` and `Sampling`, then call `resolve`,
 which applies the rules between settings and fills in the checkpoint's recipe for the rest.
-Every value is checked against `config.SETTINGS`; every refusal is a `SettingError` naming the
+Every value is checked against `ranges.SETTINGS`; every refusal is a `SettingError` naming the
 setting, which the command line words as `--flag`, the API as `name=` and HTTP as its field.
 No front end checks a decode setting itself. Pure Python: no torch, so the command line can
 check its options before it loads anything.
@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from nmt_cli.config import DecodeConfig, DecodeOverrides, check_setting
+from nmt_cli.config import DecodeConfig, DecodeOverrides
 from nmt_cli.errors import SettingError
+from nmt_cli.ranges import check_setting
 
 BATCH_TOKENS = 4096
 """Source tokens per batch by default (`--batch-tokens`, `batch_tokens=`)."""

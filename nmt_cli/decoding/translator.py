@@ -14,13 +14,14 @@ changes, and only when asked (`threads`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, TypedDict, Unpack, cast
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from sentencepiece import SentencePieceProcessor
 from torch import nn
 
 from nmt_cli import checkpoint
-from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig, check_setting
+from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data import spm
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
@@ -36,9 +37,12 @@ from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
 from nmt_cli.device import check_precision, resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
+from nmt_cli.ranges import check_setting
 
 CPU_PRECISION = "bf16"
 MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
+
+SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 
 Hypotheses = list[tuple[str, float]]
 """A line's (text, score) hypotheses, best first; the score is the length-normalised log-probability."""
@@ -47,6 +51,20 @@ PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 """fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
 log-probabilities stay float32); int8: every linear layer, the output projection included, with
 int8 weights and activations quantized per call (torch's dynamic quantization; CPU only)."""
+
+
+class DecodeOptions(TypedDict, total=False):
+    """What `translate` and `translate_nbest` take by keyword, as `nmt translate`'s options of the
+    same names (None: the checkpoint's recipe); for that call only."""
+
+    beam: int | None
+    lenpen: float | None
+    lenpen_style: str | None
+    max_len_a: float | None
+    max_len_b: int | None
+    min_len: int | None
+    batch_tokens: int
+    sampling: Sampling | None
 
 
 @dataclass
@@ -100,44 +118,26 @@ class Translator:
     def max_source(self) -> int:
         return self.ensemble.max_positions - 1  # room for EOS
 
-    def translate(
-        self,
-        lines: Sequence[str],
-        *,
-        beam: int | None = None,
-        lenpen: float | None = None,
-        lenpen_style: str | None = None,
-        max_len_a: float | None = None,
-        max_len_b: int | None = None,
-        min_len: int | None = None,
-        batch_tokens: int = BATCH_TOKENS,
-        sampling: Sampling | None = None,
-    ) -> list[str]:
+    def translate(self, lines: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
-        search = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
-        results = self.translate_with(lines, self.settings(search, None, batch_tokens, sampling))
-        return [hyps[0][0] for hyps in results]
+        return [hyps[0][0] for hyps in self.translate_nbest(lines, 1, **options)]
 
     def translate_nbest(
-        self,
-        lines: Sequence[str],
-        nbest: int = 1,
-        *,
-        beam: int | None = None,
-        lenpen: float | None = None,
-        lenpen_style: str | None = None,
-        max_len_a: float | None = None,
-        max_len_b: int | None = None,
-        min_len: int | None = None,
-        batch_tokens: int = BATCH_TOKENS,
-        sampling: Sampling | None = None,
+        self, lines: Sequence[str], nbest: int = 1, **options: Unpack[DecodeOptions]
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
         empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
         given; `sampling` draws one hypothesis per line instead of searching) apply to this call
         only; one out of range, or in conflict with another, raises `SettingError`."""
-        search = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
-        return self.translate_with(lines, self.settings(search, nbest, batch_tokens, sampling))
+        unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"translate_nbest() got an unexpected keyword argument {unknown[0]!r}")
+        given = cast(dict[str, Any], options)
+        search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
+        settings = self.settings(
+            search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")
+        )
+        return self.translate_with(lines, settings)
 
     def settings(
         self,

@@ -21,14 +21,14 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
-from nmt_cli.config import MAX_BEAM, DecodeOverrides, setting_problem
+from nmt_cli.config import DecodeOverrides, ServeLimits
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
 from nmt_cli.errors import InputError, SettingError
+from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
 
 if TYPE_CHECKING:
@@ -42,42 +42,6 @@ RETRY_AFTER_S = 1
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 FIELDS = ("text", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
 log = logging.getLogger("nmt_cli.serving")
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
-
-    max_batch_tokens: int = 4096
-    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
-    max_wait_ms: float = 5.0
-    """How long the oldest waiting request waits for others to join its batch."""
-    max_queue: int = 1024
-    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
-    max_input_chars: int = 2000
-    """Longest line a request may send, in characters."""
-    max_lines: int = 256
-    """Most lines in one request."""
-
-    def validate(self) -> None:
-        problem = setting_problem("batch_tokens", self.max_batch_tokens)  # each request's batch_tokens
-        if problem is not None:
-            raise InputError(f"--max-batch-tokens {self.max_batch_tokens}: {problem}")
-        for name in ("max_queue", "max_input_chars", "max_lines"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0 <= self.max_wait_ms <= 60_000:
-            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
-        if self.max_lines > self.max_queue:
-            raise InputError(
-                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
-                "such a request could never be queued"
-            )
-
-    @property
-    def max_body_bytes(self) -> int:
-        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
-        return self.max_lines * (12 * self.max_input_chars + 8) + 1024
 
 
 class BadRequest(Exception):

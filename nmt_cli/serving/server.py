@@ -9,8 +9,8 @@ import socket
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from nmt_cli.config import ServeLimits
 from nmt_cli.errors import InputError, NmtError
-from nmt_cli.serving.app import ServeLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
