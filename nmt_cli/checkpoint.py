@@ -153,6 +153,7 @@ def load(path: Path) -> Checkpoint:
         raise InputError(f"checkpoint {path}: no such file")
     if not path.is_file():
         raise InputError(f"checkpoint {path}: is a directory, not a checkpoint file")
+    _check_integrity(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
@@ -166,6 +167,22 @@ def load(path: Path) -> Checkpoint:
             f"checkpoint {path}: not an nmt checkpoint ({type(err).__name__}){NOT_OURS}"
         ) from None
     return Checkpoint.from_dict(payload, path)
+
+
+def _check_integrity(path: Path) -> None:
+    """torch.save writes a zip archive with a CRC-32 for every tensor's bytes, which torch.load
+    does not check: a damaged tensor would load and decode garbage. zipfile checks them all (at
+    several GB/s). A file that is not a zip archive is left to torch.load to describe."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return
+    if damaged is not None:
+        raise InputError(
+            f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
+            "another one, e.g. an earlier checkpoint_N.pt of the run"
+        )
 
 
 def numbered(checkpoint_dir: Path) -> list[tuple[int, Path]]:

@@ -235,16 +235,21 @@ def test_translate_handles_any_text(
 # --- checkpoints: translate, average and train (resume) ---------------------------------------------
 
 
-def _corrupt_pickle(good: bytes) -> bytes:
-    """The checkpoint with the bytes of its pickled structure (data.pkl) overwritten."""
+def _overwrite_record(good: bytes, largest_tensor: bool) -> bytes:
+    """The checkpoint with 64 bytes of one zip record overwritten: its pickled structure
+    (data.pkl), or the data of its largest tensor."""
     with zipfile.ZipFile(io.BytesIO(good)) as archive:
-        info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
+        records = archive.infolist()
+    if largest_tensor:
+        info = max((i for i in records if "/data/" in i.filename), key=lambda i: i.file_size)
+    else:
+        info = next(i for i in records if i.filename.endswith("data.pkl"))
     header = info.header_offset  # the local header's extra field (alignment padding) is read from the file
     name_len = int.from_bytes(good[header + 26 : header + 28], "little")
     extra_len = int.from_bytes(good[header + 28 : header + 30], "little")
-    start = header + 30 + name_len + extra_len
+    start = header + 30 + name_len + extra_len + (info.file_size // 2 if largest_tensor else 2)
     damaged = bytearray(good)
-    damaged[start + 2 : start + 2 + 64] = random.Random(5).randbytes(64)
+    damaged[start : start + 64] = random.Random(5).randbytes(64)
     return bytes(damaged)
 
 
@@ -258,7 +263,8 @@ def bad_checkpoints(trained: TrainedRun, tmp_path_factory: pytest.TempPathFactor
         "empty file": b"",
         "truncated": good[: len(good) // 2],
         "corrupted end": good[:-4096] + bytes(4096),
-        "corrupted pickle": _corrupt_pickle(good),
+        "corrupted pickle": _overwrite_record(good, largest_tensor=False),
+        "corrupted tensor": _overwrite_record(good, largest_tensor=True),
         "a text file": b"this is not a checkpoint\n",
         "binary garbage": garbage(4096, seed=4),
     }
@@ -288,6 +294,7 @@ CHECKPOINT_CASES = [
     "truncated",
     "corrupted end",
     "corrupted pickle",
+    "corrupted tensor",
     "a text file",
     "binary garbage",
     "a torch file that is not nmt's",
@@ -296,6 +303,7 @@ CHECKPOINT_CASES = [
     "languages not a pair",
 ]
 MESSAGES = {
+    "corrupted tensor": "does not match its checksum",
     "format version 99": "format version 99",
     "an unknown config key": "model.moe",
     "languages not a pair": "languages",
