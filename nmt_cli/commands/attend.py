@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from nmt_cli.config import BOS_ID, EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, RuntimeConfig
-from nmt_cli.data.text import check_readable, read_lines
+from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import resolve
 from nmt_cli.decoding.translator import Translator, load_translator
@@ -123,7 +123,7 @@ def run(
         )
     best: dict[int, Hypothesis] = {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}
     for i in range(len(lines)):
-        print(translator.tgt_spm.decode(best[i].tokens) if i in best else "")
+        print(one_line(translator.tgt_spm.decode(best[i].tokens)) if i in best else "")
     sys.stdout.flush()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

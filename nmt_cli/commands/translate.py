@@ -174,13 +174,13 @@ def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str
     """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size."""
     lines: queue.Queue = queue.Queue(maxsize=4 * buffer_size)
     end = object()
-    failed: list[OSError] = []  # a read error, raised once the lines read before it are done
+    failed: list[BaseException] = []  # a read error, raised once the lines read before it are done
 
     def read() -> None:
         try:
             for raw in iter(source.readline, b""):
                 lines.put(raw)
-        except OSError as err:
+        except BaseException as err:  # MemoryError too: never taken for the end of the input
             failed.append(err)
         finally:
             lines.put(end)
@@ -190,9 +190,11 @@ def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str
     while True:
         item = lines.get()
         if item is end:
-            if failed:
+            if failed and isinstance(failed[0], OSError):
                 err = failed[0]
                 raise RunFailure(f"{name}: reading failed after line {number:,} ({err.strerror or err})")
+            if failed:
+                raise failed[0]
             return
         batch = [item]
         while len(batch) < buffer_size:

@@ -19,6 +19,10 @@ from nmt_cli.errors import InputError, RunFailure
 BOM = b"\xef\xbb\xbf"
 ERRORS = ("strict", "replace")
 _CHUNK = 1 << 20
+# Every character at which str.splitlines breaks a line, with TAB (the n-best and TSV separator)
+# and NUL (which cuts C strings): a decoded translation must never contain them.
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\t\x00"
+_ONE_LINE = str.maketrans(dict.fromkeys(_BREAKS, " "))
 
 
 def check_readable(path: Path, name: str | None = None) -> None:
@@ -30,6 +34,12 @@ def check_readable(path: Path, name: str | None = None) -> None:
         raise InputError(f"{label}: is a directory, expected a text file (one sentence a line)")
     if not os.access(path, os.R_OK):
         raise InputError(f"{label}: permission denied")
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break, TAB and NUL as a space: one output line per input line,
+    whatever the model writes (byte-fallback pieces such as <0x0A> decode to a newline)."""
+    return text.translate(_ONE_LINE)
 
 
 def decode_line(raw: bytes, name: str, lineno: int, errors: str = "strict", hint: str = "") -> str:

@@ -31,6 +31,7 @@ from torch import nn
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data import spm
+from nmt_cli.data.text import one_line
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
 from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
@@ -199,7 +200,7 @@ class Translator:
                 self.truncated += 1
             ids.append(np.asarray(pieces, dtype=np.int64))
         todo = [i for i, x in enumerate(ids) if len(x)]
-        results: list[Hypotheses] = [[("", 0.0)] for _ in lines]
+        results: list[Hypotheses] = [_padded([("", 0.0)], settings.nbest) for _ in lines]
         hyps = translate_sentences(
             self.ensemble,
             [ids[i] for i in todo],
@@ -210,8 +211,15 @@ class Translator:
             settings.sampling,
         )
         for i, sentence in zip(todo, hyps, strict=True):
-            results[i] = [(self.tgt_spm.decode(h.tokens), h.score) for h in sentence] or [("", 0.0)]
+            found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
+            results[i] = _padded(found or [("", 0.0)], settings.nbest)
         return results
+
+
+def _padded(hyps: Hypotheses, nbest: int) -> Hypotheses:
+    """Exactly `nbest` hypotheses: where the search found fewer distinct ones (an empty line, tight
+    length limits), the rest are empty with score -inf."""
+    return hyps + [("", float("-inf"))] * (nbest - len(hyps))
 
 
 def default_precision(device: torch.device) -> str:

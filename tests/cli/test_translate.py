@@ -16,7 +16,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WORDS, Corpus, TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env
+from conftest import (
+    WORDS,
+    Corpus,
+    TrainedRun,
+    nmt,
+    nmt_command,
+    one_thread,
+    prepare_args,
+    sentences,
+    subprocess_env,
+    train_args,
+)
 
 from nmt_cli import checkpoint
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
@@ -170,8 +181,8 @@ def test_nbest_prints_k_hypotheses_per_line_best_first(
         by_line.setdefault(int(number), []).append((float(score), hyp))
     assert sorted(by_line) == [0, 1, 2, 3]
     for number, hyps in by_line.items():
-        if not lines[number]:
-            assert [h for _, h in hyps] == [""]  # an empty line has one empty hypothesis
+        if not lines[number]:  # an empty line: its empty translation, then two empty fillers
+            assert hyps == [(0.0, ""), (float("-inf"), ""), (float("-inf"), "")]
             continue
         assert len(hyps) == 3
         scores = [s for s, _ in hyps]
@@ -439,17 +450,18 @@ def test_min_len_is_an_option_and_a_negative_one_is_refused(trained: TrainedRun,
 
 
 class FailingInput(io.RawIOBase):
-    """Gives `data`, then fails as a dying disk or a broken network mount does."""
+    """Gives `data`, then fails as a dying disk or a broken network mount does (or with `error`)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, error: BaseException | None = None) -> None:
         self.data = data
+        self.error = error or OSError(errno.EIO, "Input/output error")
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         if not self.data:
-            raise OSError(errno.EIO, "Input/output error")
+            raise self.error
         n = min(len(buffer), len(self.data))
         buffer[:n], self.data = self.data[:n], self.data[n:]
         return n
@@ -466,3 +478,44 @@ def test_a_read_error_fails_after_translating_what_was_read(
     assert code == 1  # not a silent success with a truncated output
     assert out.splitlines() == ["apple river", "stone"]
     assert err.strip() == "nmt: error: stdin: reading failed after line 2 (Input/output error)"
+
+
+def test_running_out_of_memory_while_reading_is_an_error_not_the_end_of_the_input(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FailingInput(b"apple river\nstone\n", MemoryError())
+    stdin = io.TextIOWrapper(io.BufferedReader(failing), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    target = tmp_path / "out.txt"
+    capsys.readouterr()
+    code = nmt(
+        "-q", "translate", "--threads", 1, "--precision", "fp32", "-m", trained.checkpoint, "-o", target
+    )
+    line = _one_line_error(capsys.readouterr().err)
+    assert code == 1 and not target.exists()  # never finalised with part of the input
+    assert "out of memory" in line and "after 2 lines" in line
+    assert (tmp_path / "out.txt.partial").read_text(encoding="utf-8").splitlines() == ["apple river", "stone"]
+
+
+def test_one_line_out_per_line_in_even_when_the_model_writes_line_breaks(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With byte fallback the vocabulary holds <0x0A>, <0x0D>, <0x09> and <0x00>; a barely trained
+    # model sampled at a high temperature writes them, and each decodes to its control character.
+    data, run = tmp_path / "data", tmp_path / "run"
+    prepare = prepare_args(data, corpus.raw / "train", valid=corpus.raw / "valid")
+    assert nmt(*prepare, "--byte-fallback", "--vocab-size", 300) == 0
+    assert nmt(*train_args(data, run, "train.max_updates=2", "train.save_every_updates=2")) == 0
+    lines = sentences(300, seed=11)
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    drawn = ["--sampling", "topk", "--topk", 0, "--temperature", 50, "--workers", 1, "--threads", 1]
+    model = run / "checkpoints" / "checkpoint_last.pt"
+    assert nmt("-q", "translate", "-m", model, "-i", source, "-o", target, "--precision", "fp32", *drawn) == 0
+    written = target.read_bytes()
+    assert written.count(b"\n") == len(lines)
+    assert not any(c in written for c in b"\r\t\x00\x0b\x0c")
+    # The same rule holds for n-best lists (tab-separated) and the Python API.
+    assert nmt("-q", "translate", "-m", model, "-i", source, "-o", target, "--nbest", 2) == 0
+    assert all(len(row.split("\t")) == 3 for row in target.read_text(encoding="utf-8").split("\n")[:-1])
+    assert target.read_bytes().count(b"\n") == 2 * len(lines)

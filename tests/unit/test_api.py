@@ -35,7 +35,7 @@ def test_the_package_exports_the_translator() -> None:
 
 def test_blank_lines_translate_to_empty_strings(translator: Translator) -> None:
     assert translator.translate(["", "apple river", "   ", "\t"]) == ["", "apple river", "", ""]
-    assert translator.translate_nbest([""], 3) == [[("", 0.0)]]
+    assert translator.translate_nbest([""], 3) == [[("", 0.0), ("", float("-inf")), ("", float("-inf"))]]
 
 
 def test_output_order_is_input_order_whatever_the_batching(translator: Translator) -> None:
@@ -66,6 +66,14 @@ def test_translate_is_the_first_of_translate_nbest(translator: Translator, beam:
     best = translator.translate(lines, beam=beam)
     assert best == [hyps[0][0] for hyps in translator.translate_nbest(lines, 1, beam=beam)]
     assert best == [hyps[0][0] for hyps in translator.translate_nbest(lines, beam, beam=beam)]
+
+
+def test_every_line_gets_exactly_nbest_hypotheses(translator: Translator) -> None:
+    lines = ["", "apple river stone", "   ", "green"]
+    # One piece at most: the search cannot find four distinct hypotheses, and an empty line has one.
+    for hyps in translator.translate_nbest(lines, 4, max_len_a=0.0, max_len_b=1, min_len=0):
+        assert len(hyps) == 4
+        assert [score for _, score in hyps] == sorted((score for _, score in hyps), reverse=True)
 
 
 @pytest.mark.parametrize(
