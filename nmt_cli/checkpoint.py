@@ -21,7 +21,7 @@ import torch
 from nmt_cli import recipe
 from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import atomic_write, process_alive
+from nmt_cli.files import output_file, process_alive
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -124,10 +124,12 @@ def numbered_name(update: int) -> str:
     return f"checkpoint_{update}.pt"
 
 
-def save(ckpt: Checkpoint, path: Path) -> None:
-    """Write `ckpt` to `path` so that `path` is either the old file or the complete new one."""
+def save(ckpt: Checkpoint, path: Path, name: str = "checkpoint") -> None:
+    """Write `ckpt` to `path` so that `path` is either the old file or the complete new one
+    (`files.output_file`: a link is written through, what is not a file is refused; `name` says
+    which option named it)."""
     try:
-        with atomic_write(path, binary=True, durable=True) as stream:
+        with output_file(path, name, binary=True, durable=True) as stream:
             torch.save(ckpt.to_dict(), stream)
     except OSError as err:
         raise RunFailure(

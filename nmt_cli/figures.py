@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_cli.errors import InputError
-from nmt_cli.files import atomic_write
+from nmt_cli.errors import InputError, RunFailure
+from nmt_cli.files import output_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -44,11 +44,12 @@ def check_picture_path(path: Path) -> str:
     return path.suffix.lower()[1:]
 
 
-def save_figure(figure: Figure, path: Path) -> None:
-    """Write atomically (temp file + rename) in the format of the extension."""
+def save_figure(figure: Figure, path: Path, name: str = "--output") -> None:
+    """Write in the format of the extension, atomically (`files.output_file`; `name` is the option
+    that named the file, for errors)."""
     fmt = check_picture_path(path)
     try:
-        with atomic_write(path, binary=True) as stream:
+        with output_file(path, name, binary=True) as stream:
             figure.savefig(stream, format=fmt)
     except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+        raise RunFailure(f"{path}: cannot write ({err.strerror or err})") from None

@@ -1,18 +1,57 @@
-"""Small file-system helpers shared by every writer of files: atomic replacement and the
-cleanup of what a killed writer left."""
+"""Small file-system helpers shared by every writer of files: where an output may go, atomic
+replacement, and the cleanup of what a killed writer left."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from nmt_cli.errors import InputError
 
 
 def temporary_name(path: Path) -> Path:
     """The hidden file beside `path` that a writer fills before renaming it: `.NAME.tmp-PID`."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def output_target(path: Path, name: str) -> tuple[Path, bool]:
+    """Where an output the user named goes (`name` is the option, for errors): (the file to
+    replace atomically, False), or (the path, True) for a stream (a FIFO, or a character device
+    such as /dev/null or a terminal), which is written in place and never replaced. A symlink is
+    written through: its target is replaced, the link stays. A directory, a block device or a
+    socket is refused: only what is or will be a regular file is ever replaced."""
+    real = Path(os.path.realpath(path))  # follows every link; a missing file's path as it would be
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        if not real.parent.is_dir():
+            raise InputError(f"{name} {path}: directory {real.parent} does not exist") from None
+        return real, False
+    except OSError as err:
+        raise InputError(f"{name} {path}: {err.strerror or err}") from None
+    if stat.S_ISREG(mode):
+        return real, False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return real, True
+    kind = "a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
+    raise InputError(f"{name} {path}: is {kind}, not a file; give a file name")
+
+
+@contextlib.contextmanager
+def output_file(path: Path, name: str, binary: bool = False, durable: bool = False) -> Iterator[IO[Any]]:
+    """Write an output the user named, as `output_target` says: a file atomically (the old one
+    stays until the new one is complete), a stream in place."""
+    target, stream = output_target(path, name)
+    if not stream:
+        with atomic_write(target, binary, durable) as handle:
+            yield handle
+        return
+    with open(target, "wb") if binary else open(target, "w", encoding="utf-8") as handle:
+        yield handle
 
 
 @contextlib.contextmanager

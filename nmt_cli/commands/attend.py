@@ -143,5 +143,5 @@ def run(
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # glyphs the font lacks (CJK, emoji)
-            save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{fmt}")
+            save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{fmt}", "--out-dir")
     reporter.info(f"wrote {len(best)} picture{'s' * (len(best) != 1)} ({what}) to {out_dir}")

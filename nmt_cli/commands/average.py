@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nmt_cli import checkpoint
 from nmt_cli.errors import InputError
+from nmt_cli.files import output_target
 from nmt_cli.report import Reporter
 
 
@@ -19,10 +20,9 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
         raise InputError("nothing to average: give checkpoint files or --run RUN_DIR [--last N]")
     if last is not None and run_dir is None:
         raise InputError("--last needs --run RUN_DIR")
-    if not output.parent.is_dir():
-        raise InputError(f"--output {output}: directory {output.parent} does not exist")
+    output_target(output, "--output")  # before the work: a directory or a missing parent is refused
     averaged = checkpoint.average(checkpoints)
-    checkpoint.save(averaged, output)
+    checkpoint.save(averaged, output, "--output")
     updates = ", ".join(str(source["update"]) for source in averaged.averaged_from or [])
     reporter.info(f"averaged {len(checkpoints)} checkpoints (updates {updates}) into {output}")
 

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from nmt_cli.errors import InputError
 from nmt_cli.figures import check_picture_path, new_figure, require_matplotlib, save_figure
+from nmt_cli.files import output_target
 from nmt_cli.report import MetricsLog, Reporter
 
 if TYPE_CHECKING:
@@ -252,6 +253,7 @@ def run(run_dirs: list[Path], output: Path | None, terminal: bool, x_axis: str, 
         output = Path("curves.png")
     if output is not None:
         check_picture_path(output)
+        output_target(output, "--output")  # a directory or a missing parent, before the work
         require_matplotlib()  # before reading anything: the one-line hint comes first
     runs = []
     for run_dir, one in zip(run_dirs, _labelled([read_run(p) for p in run_dirs], run_dirs), strict=True):

@@ -24,7 +24,7 @@ from nmt_cli.decoding.settings import Sampling, resolve
 from nmt_cli.decoding.translator import Hypotheses, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
-from nmt_cli.files import fsync_directory
+from nmt_cli.files import fsync_directory, output_target
 from nmt_cli.report import Reporter
 
 Translate = Callable[[list[str]], list[Hypotheses]]
@@ -56,6 +56,7 @@ def run(
     precision = runtime.precision or default_precision(dev)
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
+    destination = output_target(output_path, "--output") if output_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = translator.settings(decode, nbest, batch_tokens, sampling)
     source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
@@ -63,10 +64,12 @@ def run(
     translator.start_workers(workers)
     translate = functools.partial(translator.translate_with, settings=settings)
     try:
-        if output_path is None:
+        if output_path is None or destination is None:
             _translate_stream(translate, source, name, sys.stdout, buffer_size, nbest)
+        elif destination[1]:  # a FIFO or a device: written in place, as stdout would be
+            _translate_to_stream(translate, source, name, output_path, destination[0], buffer_size, nbest)
         else:
-            _translate_to_file(translate, source, name, output_path, buffer_size, nbest)
+            _translate_to_file(translate, source, name, output_path, destination[0], buffer_size, nbest)
     finally:
         translator.close()
         if input_path is not None:
@@ -78,21 +81,51 @@ def run(
         )
 
 
+def _translate_to_stream(
+    translate: Translate,
+    source: BinaryIO,
+    name: str,
+    output_path: Path,
+    target: Path,
+    buffer_size: int,
+    nbest: int,
+) -> None:
+    """Write to a FIFO or a character device in place, buffer by buffer; a write error (/dev/full)
+    is a failure that says how many lines went out."""
+    done = 0
+
+    def flushed(lines: int) -> None:
+        nonlocal done
+        done = lines
+
+    try:
+        with open(target, "w", encoding="utf-8") as out:
+            _translate_stream(translate, source, name, out, buffer_size, nbest, flushed)
+    except OSError as err:
+        raise RunFailure(
+            f"--output {output_path}: cannot write ({err.strerror or err}); stopped after {done:,} lines"
+        ) from None
+
+
 def _translate_to_file(
     translate: Translate,
     source: BinaryIO,
     name: str,
     output_path: Path,
+    target: Path,
     buffer_size: int,
     nbest: int,
 ) -> None:
-    """Write to OUTPUT.partial, one flushed buffer at a time, and rename it to OUTPUT at the end.
+    """Write to TARGET.partial, one flushed buffer at a time, and rename it to TARGET at the end
+    (TARGET is OUTPUT, or the file a link named OUTPUT points to: the link stays).
 
-    OUTPUT itself is never touched before the run succeeds. On any failure, Ctrl-C included, the
-    buffers finished so far stay in OUTPUT.partial (cut back to the last complete buffer) and the
+    TARGET itself is never touched before the run succeeds. On any failure, Ctrl-C included, the
+    buffers finished so far stay in TARGET.partial (cut back to the last complete buffer) and the
     error says how many input lines they cover, so that hours of work are not thrown away.
     """
-    partial = Path(f"{output_path}.partial")
+    partial = Path(f"{target}.partial")
+    if partial.is_symlink() or (partial.exists() and not partial.is_file()):
+        raise InputError(f"--output {output_path}: {partial} is in the way and is not a file; move it")
     done = 0  # input lines whose output is written and flushed to `partial`
     size = 0  # the length of `partial` at that point
     try:
@@ -110,8 +143,8 @@ def _translate_to_file(
         out.flush()
         os.fsync(out.fileno())  # the renamed file must hold its lines after a power loss too
         out.close()
-        os.replace(partial, output_path)
-        fsync_directory(output_path.parent)
+        os.replace(partial, target)
+        fsync_directory(target.parent)
     except BaseException as err:
         # Closing flushes whatever part of an unfinished buffer was pending; cutting the file back
         # leaves only complete buffers, so that it holds exactly the lines the error counts. Both
@@ -134,8 +167,8 @@ def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) ->
     same error gets without a partial file; None: re-raise `err` as it is."""
     kept = f"after {done:,} lines; they are in {partial}" if done else "before the first line was written"
     where = f"--output {output_path}"
-    if isinstance(err, OSError):  # writing the output failed: bad --output, or a full disk
-        return InputError(f"{where}: cannot write ({err.strerror or err}); stopped {kept}")
+    if isinstance(err, OSError):  # writing the output failed: a full disk, a failing device
+        return RunFailure(f"{where}: cannot write ({err.strerror or err}); stopped {kept}")
     described = describe(err)
     if described is None:
         return None
