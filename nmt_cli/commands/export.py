@@ -7,9 +7,9 @@ vocabulary, `src.spm.model` and `tgt.spm.model` otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,15 @@ from nmt_cli.report import Reporter
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_bfloat16", "int16", "float16", "bfloat16")
 EXTRA = "pip install 'nmt-cli[ctranslate2]'"
+# What an export directory holds: CTranslate2's files (of any version) and our sentencepiece models.
+EXPORT_FILES = {
+    "model.bin",
+    "config.json",
+    *(f"{side}vocabulary.{ext}" for side in ("", "shared_", "source_", "target_") for ext in ("json", "txt")),
+    "spm.model",
+    "src.spm.model",
+    "tgt.spm.model",
+}
 
 
 def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet: bool) -> None:
@@ -31,10 +40,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         raise InputError(f"--format {fmt}: unknown format; use {', '.join(FORMATS)}")
     if quantization not in QUANTIZATIONS:
         raise InputError(f"--quantization {quantization}: use one of {', '.join(QUANTIZATIONS)}")
-    if out.exists() and not force:
-        raise InputError(f"--output {out}: already exists; remove it, choose another, or add --force")
-    if not out.parent.is_dir():
-        raise InputError(f"--output {out}: directory {out.parent} does not exist")
+    target = _target(out, force)
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -52,21 +58,22 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     net.load_state_dict(ckpt.model)
     spec = transformer_spec(net, (_pieces(src_spm, model), _pieces(tgt_spm, model)))
 
-    staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    # Built in a directory of our own beside the target, then renamed into place: the target is
+    # either absent, the old export or the complete new one, and nothing else is ever deleted.
+    holder = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        staging = holder / "export"
         write_model(spec, staging, quantization)
         if src_spm == tgt_spm:
             (staging / "spm.model").write_bytes(src_spm)
         else:
             (staging / "src.spm.model").write_bytes(src_spm)
             (staging / "tgt.spm.model").write_bytes(tgt_spm)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(staging, out)
+        if target.exists():
+            os.replace(target, holder / "replaced")  # a CTranslate2 export (_target checked)
+        os.replace(staging, target)
     finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
+        shutil.rmtree(holder, ignore_errors=True)
     reporter.info(f"exported {model} to {out} (CTranslate2, weights {quantization})")
 
 
@@ -91,3 +98,26 @@ def write_model(spec: Any, out_dir: Path, quantization: str) -> None:
             return spec
 
     _Filled().convert(str(out_dir), quantization=None if quantization == "none" else quantization)
+
+
+def _target(out: Path, force: bool) -> Path:
+    """The directory to write (a link followed): new, or with --force an earlier CTranslate2
+    export, which alone is ever replaced; anything else there is refused before any work."""
+    target = Path(os.path.realpath(out))
+    if not target.parent.is_dir():
+        raise InputError(f"--output {out}: directory {target.parent} does not exist")
+    if not (target.exists() or target.is_symlink()):
+        return target
+    if not force:
+        raise InputError(f"--output {out}: already exists; remove it, choose another, or add --force")
+    if not target.is_dir():
+        raise InputError(f"--output {out}: is not a directory; --force replaces only a CTranslate2 export")
+    entries = {entry.name for entry in target.iterdir()}
+    strangers = sorted(entries - EXPORT_FILES)
+    if strangers or not {"model.bin", "config.json"} <= entries:
+        what = f"it holds {strangers[0]}" if strangers else "it has no model.bin and config.json"
+        raise InputError(
+            f"--output {out}: not a CTranslate2 export ({what}); --force replaces only those: choose "
+            "another --output"
+        )
+    return target

@@ -117,14 +117,32 @@ def test_variants_ctranslate2_cannot_express_are_refused(
     assert not (tmp_path / "out").exists()
 
 
-def test_existing_output_is_kept_without_force(trained: TrainedRun, tmp_path: Path) -> None:
+def test_force_replaces_an_earlier_export_and_nothing_else(
+    trained: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "ct2"
-    out.mkdir()
-    (out / "mine.txt").write_text("keep")
-    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 2
-    assert (out / "mine.txt").read_text() == "keep"
+    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 0
+    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 2  # exists: --force needed
+    (out / "model.bin").write_bytes(b"old")
     assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out, "--force") == 0
-    assert (out / "model.bin").exists() and not (out / "mine.txt").exists()
+    assert (out / "model.bin").stat().st_size > 3  # replaced by the new export
+    # Not exports: a directory of one's own, the working directory's parent, the checkpoint itself.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    (mine / "model.bin").write_text("keep")
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    model = tmp_path / "a" / "model.pt"
+    model.write_bytes(trained.checkpoint.read_bytes())
+    monkeypatch.chdir(work)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for target in (mine, Path(".."), Path("../model.pt"), Path(".")):
+        assert nmt("-q", "export", "-m", "../model.pt", "-o", target, "--force") == 2, target
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert (
+        mine / "notes.txt"
+    ).read_text() == "keep" and model.read_bytes() == trained.checkpoint.read_bytes()
 
 
 def test_library_refuses_unequal_head_widths(tmp_path: Path) -> None:
