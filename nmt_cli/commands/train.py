@@ -8,6 +8,7 @@ vocabulary it keeps. Launched by torchrun, each process runs this with its own R
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from nmt_cli.config import RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError
-from nmt_cli.files import atomic_write
+from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import Reporter
@@ -60,11 +61,14 @@ def run(
     configure_cpu(runtime.threads)
     dev = distributed.local_device(resolve_device(runtime.device), world)
     distributed.init(world, dev)
+    # Rank 0 holds the run directory's lock: a second `nmt train` on the same --out is refused.
+    lock = locked_directory(out, "--out") if world.is_main else contextlib.nullcontext()
     try:
-        session, resume = open_session(
-            data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model, start
-        )
-        reason = train(session, resume)
+        with lock:
+            session, resume = open_session(
+                data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model, start
+            )
+            reason = train(session, resume)
     finally:
         distributed.cleanup(world)
     reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
@@ -100,6 +104,8 @@ def open_session(
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
+    for split, pairs in (("train", train_data), ("valid", valid_data)):
+        _check_lengths(split, pairs, cfg.model.max_positions, data)
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
@@ -181,6 +187,21 @@ def _check_vocabulary(
         f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
         f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
     )
+
+
+def _check_lengths(split: str, pairs: corpus.ParallelSplit, max_positions: int, data: Path) -> None:
+    """Every sentence must fit the model's positions with its EOS (or BOS): checked at the start,
+    not found at the first validation after hours of training."""
+    for side in (pairs.src, pairs.tgt):
+        lengths = side.lengths()
+        if len(lengths) and int(lengths.max()) + 1 > max_positions:
+            line, longest = int(lengths.argmax()) + 1, int(lengths.max())
+            fix = f"prepare it with --max-len {max_positions - 1}" if split == "train" else "shorten it"
+            raise InputError(
+                f"--data {data}: {split} sentence {line:,} has {longest:,} pieces, more than the "
+                f"{max_positions - 1:,} that model.max_positions = {max_positions} holds with EOS; raise "
+                f"model.max_positions or {fix}"
+            )
 
 
 def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: Path) -> None:

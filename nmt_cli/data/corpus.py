@@ -282,7 +282,7 @@ class TokenArray:
             return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
         if not -len(self) <= i < len(self):
             raise IndexError(f"sentence {i} of {len(self)}")
-        i %= len(self)
+        i = int(i) % len(self)  # a Python int: 8 * a numpy int32 index wraps around past 2**28 pairs
         start, stop = np.frombuffer(os.pread(self._fds[1], 16, 8 * i), dtype=np.int64).tolist()
         size = self.tokens.dtype.itemsize
         return np.frombuffer(

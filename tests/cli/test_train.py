@@ -308,3 +308,21 @@ def test_resuming_on_data_of_another_sentencepiece_model_is_refused(
     line = one_line_error(capsys)
     assert "another sentencepiece model" in line and "resume" in line
     assert last.read_bytes() == before
+
+
+def test_a_sentence_longer_than_the_model_holds_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The tiny model holds 64 positions; a valid sentence of 70 words (prepare keeps every valid
+    # line) used to crash the first validation, after all the training before it.
+    raw, data, run_dir = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
+    raw.mkdir()
+    write_split(raw / "train", sentences(200, seed=3), sentences(200, seed=3))
+    long = " ".join(["apple"] * 70)
+    write_split(raw / "valid", [*sentences(5, seed=4), long], [*sentences(5, seed=4), long])
+    assert nmt(*prepare_args(data, raw / "train", valid=raw / "valid")) == 0
+    capsys.readouterr()
+    assert nmt(*train_args(data, run_dir, "train.max_updates=20", "train.valid_every_updates=10")) == 2
+    line = one_line_error(capsys)
+    assert "valid sentence 6 has 70 pieces" in line and "model.max_positions = 64" in line
+    assert not run_dir.exists()  # refused before anything was written

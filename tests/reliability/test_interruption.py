@@ -224,3 +224,32 @@ def test_a_stopped_translation_keeps_its_complete_lines_in_a_partial_file(
         )
     else:
         assert process.returncode == -signal.SIGKILL
+
+
+def test_two_trainings_never_share_a_run_directory(corpus: Corpus, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(corpus.data, run_dir, "train.max_updates=100000", "train.save_every_updates=20")
+    first = subprocess.Popen(nmt_command(*args[1:]), env=subprocess_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.numbered(run_dir / "checkpoints"):  # training, and holding the lock
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        second = subprocess.run(
+            nmt_command(*args[1:]), env=subprocess_env(), capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert "another process is working in it" in second.stderr
+        assert first.poll() is None  # the first goes on undisturbed
+        first.kill()  # SIGKILL: the kernel releases the lock with the process
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(30)
+    done = reached(run_dir / "metrics.jsonl")
+    resumed = train_args(
+        corpus.data, run_dir, f"train.max_updates={done + 20}", "train.save_every_updates=20"
+    )
+    assert nmt(*resumed) == 0  # a killed run resumes: no lock left behind
+    assert checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt").update == done + 20

@@ -244,3 +244,20 @@ def test_read_models_checks_checksums(tmp_path: Path) -> None:
     (tmp_path / "spm.model").write_bytes(model + b"x")
     with pytest.raises(InputError, match="checksum differs"):
         spm.read_models(tmp_path, meta)
+
+
+def test_a_sentence_past_2_to_the_28_pairs_is_read_from_its_own_offset(tmp_path: Path) -> None:
+    # Batches index sentences with int32; 8 * i of a numpy int32 wraps around from i = 2**28 on
+    # (WMT with back-translation gets there). Sparse files: only the offsets read are written.
+    i = 2**28 + 5
+    tokens_path, idx_path = tmp_path / "train.src.bin", tmp_path / "train.src.idx"
+    tokens_path.write_bytes(np.array([7, 8, 9, 10, 11], dtype=np.int32).tobytes())
+    with idx_path.open("wb") as stream:
+        stream.truncate(8 * (i + 2))
+        stream.seek(8 * i)
+        stream.write(np.array([2, 5], dtype=np.int64).tobytes())
+    tokens = np.memmap(tokens_path, dtype=np.int32, mode="r")
+    offsets = np.memmap(idx_path, dtype=np.int64, mode="r")
+    side = corpus.TokenArray(tokens, offsets, (tokens_path, idx_path))
+    assert side[np.int32(i)].tolist() == [9, 10, 11]
+    assert side[i].tolist() == [9, 10, 11]
