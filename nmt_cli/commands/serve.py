@@ -35,7 +35,9 @@ def run(
     translator = None
     try:
         translator = load_translator(models, dev, runtime.precision or default_precision(dev))
-        translator.start_workers(workers)  # forked before the server starts any thread
+        # Forked before the server starts any thread; the socket stays the server's alone, so that
+        # the port closes when the server ends.
+        translator.start_workers(workers, close_fds=[sock.fileno()])
         service = app.create_app(translator, limits, app.describe_model(translator, models))
         if not _is_loopback(host):
             Reporter(quiet).warn(f"--host {host}: reachable beyond this machine, with no authentication")

@@ -165,18 +165,18 @@ class Translator:
         """Decoding processes (1 when decoding in this process)."""
         return self._pool.workers if self._pool is not None else 1
 
-    def start_workers(self, workers: int) -> None:
+    def start_workers(self, workers: int, close_fds: Sequence[int] = ()) -> None:
         """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
         `nmt translate --workers` counts them). Call it before starting threads of your own: the
-        processes are forked. Stop them with `close()`."""
+        processes are forked. `close_fds`: descriptors the workers must not hold (a server's
+        listening socket). A worker that dies fails its call with `WorkerDied`; the next call gets
+        fresh workers. Stop them with `close()`."""
         check_setting("workers", workers)
         if self.device.type != "cpu" and workers > 1:
-            raise SettingError(
-                "workers", workers, f"several decoding workers are for CPU decoding, not {self.device}"
-            )
+            raise SettingError("workers", workers, f"several workers are for CPU decoding, not {self.device}")
         workers = decoding_workers(RuntimeConfig(workers=workers), self.device)
         if workers > 1 and can_fork():
-            self._pool = WorkerPool(self._translate_part, workers)
+            self._pool = WorkerPool(self._translate_part, workers, close_fds)
 
     def close(self) -> None:
         """Stop the decoding workers, if any."""

@@ -5,6 +5,11 @@ arithmetic instead of waiting at the barriers of a multi-threaded operation. The
 forked from the loaded translator (the weights are shared, copy-on-write, not reloaded); each
 call deals its lines out to them by length, round robin, so they finish together, and puts the
 answers back in input order.
+
+A worker that dies (killed, or out of memory) fails the call it was working on with one line
+(`WorkerDied`), never a hang, and the pool starts afresh for the next call; one that dies idle
+costs no call at all. Workers die with the process that forked them, and close the descriptors
+they must not hold (a server's listening socket).
 """
 
 from __future__ import annotations
@@ -12,17 +17,28 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import torch
+
+from nmt_cli.errors import RunFailure
 
 Work = Callable[[list[str], Any], tuple[list[Any], int]]
 """(a part of the lines, the call's settings) -> (one result per line, a count to add up)."""
 
 MIN_LINES_PER_PART = 32
+PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent just before the fork
+
+
+class WorkerDied(RunFailure):
+    """A decoding worker process ended in the middle of a call (exit 1; HTTP 503)."""
 
 
 def usable_cores() -> int:
@@ -34,39 +50,100 @@ def can_fork() -> bool:
 
 
 class WorkerPool:
-    """`workers` forked processes that run `work` on parts of a list of lines."""
+    """`workers` forked processes that run `work` on parts of a list of lines; `close_fds` are
+    descriptors of this process that the workers close at once."""
 
-    def __init__(self, work: Work, workers: int):
+    def __init__(self, work: Work, workers: int, close_fds: Sequence[int] = ()) -> None:
         global _WORK
         _WORK = work
         self.workers = workers
-        self._pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
+        self.restarts = 0
+        self._close_fds = tuple(close_fds)
+        self._lock = threading.Lock()
+        self._executor = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("fork")
+        executor = ProcessPoolExecutor(
+            self.workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(os.getpid(), self._close_fds),
+        )
+        # Every worker is forked now (a fork pool starts them all at the first task): at the first
+        # call the caller may have threads of its own, whose locks a fork would copy.
+        executor.submit(int).result()
+        return executor
 
     def map(self, lines: list[str], settings: Any) -> tuple[list[Any], int]:
         """`work` over all lines, split among the workers: results in input order, counts summed.
-        Safe to call from several threads at once (multiprocessing's pool queues the parts)."""
+        Safe to call from several threads at once. Raises WorkerDied if a worker dies meanwhile."""
         by_length = sorted(range(len(lines)), key=lambda i: len(lines[i]))
         # A few lines go to one worker whole: splitting them would not make the steps of a search
         # fewer, and it would keep the other worker from a concurrent caller's lines (nmt serve).
         count = max(1, min(self.workers, len(lines) // MIN_LINES_PER_PART))
-        parts = [by_length[w::count] for w in range(count)]
-        parts = [p for p in parts if p]
-        answers = self._pool.starmap(_run, [([lines[i] for i in part], settings) for part in parts])
+        parts = [p for p in (by_length[w::count] for w in range(count)) if p]
+        executor, futures = self._submit([([lines[i] for i in part], settings) for part in parts])
+        try:
+            answers = [future.result() for future in futures]
+        except BrokenProcessPool:
+            with self._lock:
+                if self._executor is executor:  # the first caller to see it starts a new pool
+                    self._restart()
+            raise WorkerDied(
+                "a decoding worker process died (killed, or out of memory?) while translating; "
+                "these lines were not translated"
+            ) from None
         results: list[Any] = [None] * len(lines)
         for part, (found, _) in zip(parts, answers, strict=True):
             for i, result in zip(part, found, strict=True):
                 results[i] = result
         return results, sum(count for _, count in answers)
 
+    def _submit(self, calls: list[tuple[list[str], Any]]) -> tuple[ProcessPoolExecutor, list[Future]]:
+        """The calls queued on the current pool; a pool broken while idle is replaced first."""
+        with self._lock:
+            try:
+                return self._executor, [self._executor.submit(_run, *call) for call in calls]
+            except BrokenProcessPool:
+                self._restart()
+                return self._executor, [self._executor.submit(_run, *call) for call in calls]
+
+    def _restart(self) -> None:
+        _stop(self._executor)
+        self._executor = self._start()
+        self.restarts += 1
+
     def close(self) -> None:
-        self._pool.terminate()
-        self._pool.join()
+        with self._lock:
+            _stop(self._executor)
 
 
-def _start_worker() -> None:
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """End the workers now, busy or not (shutdown alone would wait for a call in progress)."""
+    processes = list(getattr(executor, "_processes", {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join(5)
+
+
+def _start_worker(parent: int, close_fds: tuple[int, ...]) -> None:
+    # Die with the parent, whatever kills it. (prctl's PDEATHSIG would follow the thread that
+    # forked the worker, and a pool may be restarted from a thread that ends.)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    for fd in close_fds:
+        os.close(fd)
     # Ctrl-C reaches the whole process group: the parent stops the pool and reports it once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def _run(lines: list[str], settings: Any) -> tuple[list[Any], int]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from nmt_cli import __version__
 from nmt_cli.config import DecodeOverrides, ServeLimits
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
+from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
@@ -192,6 +193,8 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
             return _error(503, f"server: {err}", {"Retry-After": str(RETRY_AFTER_S)})
         try:
             results = await asyncio.wrap_future(future)
+        except WorkerDied as err:  # the next request gets fresh workers
+            return _error(503, f"server: {err}; retry", {"Retry-After": str(RETRY_AFTER_S)})
         except Exception as err:
             log.exception("decoding failed")
             return _error(500, f"internal error: {type(err).__name__}: {err}")

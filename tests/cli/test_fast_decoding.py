@@ -3,7 +3,12 @@ output line per input line, in order."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +18,7 @@ from conftest import TrainedRun, nmt_command, sentences, subprocess_env
 from nmt_cli import Translator
 from nmt_cli.config import RuntimeConfig
 from nmt_cli.decoding.translator import decoding_workers
-from nmt_cli.decoding.workers import WorkerPool
+from nmt_cli.decoding.workers import WorkerDied, WorkerPool
 from nmt_cli.errors import InputError
 
 
@@ -90,5 +95,57 @@ def test_workers_split_a_large_call_and_keep_a_small_one_whole() -> None:
         many = [f"line {i} " + "x" * (i % 13) for i in range(200)]
         assert pool.map(many, None) == ([line.upper() for line in many], 2)  # in order, two parts
         assert pool.map(many[:5], None) == ([line.upper() for line in many[:5]], 1)  # one worker
+    finally:
+        pool.close()
+
+
+def upper_or_wait(lines: list[str], settings: object) -> tuple[list[str], int]:
+    """Upper-cases the lines; with a path as settings, first writes this worker's pid there and
+    waits (a call in progress, for the test to kill its worker)."""
+    if isinstance(settings, Path):
+        settings.write_text(str(os.getpid()))
+        time.sleep(60)
+    return [line.upper() for line in lines], 1
+
+
+def test_a_worker_killed_during_a_call_fails_that_call_and_the_next_gets_fresh_workers(
+    tmp_path: Path,
+) -> None:
+    pool = WorkerPool(upper_or_wait, 2)
+    try:
+        busy = tmp_path / "busy"
+        failure: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                pool.map(["a", "b"], busy)
+            except BaseException as err:
+                failure.append(err)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        deadline = time.monotonic() + 30
+        while not busy.exists() or not busy.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(int(busy.read_text()), signal.SIGKILL)  # as the out-of-memory killer would
+        caller.join(30)
+        assert not caller.is_alive()  # an error, never a hang
+        assert len(failure) == 1 and isinstance(failure[0], WorkerDied) and failure[0].exit_code == 1
+        assert pool.map(["c"], None) == (["C"], 1)
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_dies_idle_costs_no_call() -> None:
+    pool = WorkerPool(upper_and_count_parts, 2)
+    try:
+        assert pool.map(["a"], None) == (["A"], 1)
+        for worker in multiprocessing.active_children():
+            worker.kill()
+            worker.join(10)
+        time.sleep(0.5)  # the pool notices the deaths
+        assert pool.map(["b"] * 100, None) == (["B"] * 100, 2)
+        assert pool.restarts == 1
     finally:
         pool.close()

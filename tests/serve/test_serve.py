@@ -6,13 +6,16 @@ disturbs no one, and SIGTERM finishes the requests in flight and exits 0."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -321,3 +324,56 @@ def test_a_port_in_use_is_a_one_line_error(trained: TrainedRun, capsys: pytest.C
         assert nmt("serve", "-m", trained.checkpoint, "--port", port, "--threads", 1) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--port {port}" in err
+
+
+def children(pid: int) -> set[int]:
+    """The processes `pid` forked (its decoding workers), from /proc."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_dead_worker_costs_no_request_and_the_port_closes_with_the_server(trained: TrainedRun) -> None:
+    with running_server(trained.checkpoint, "--workers", 2) as server:
+        workers = children(server.process.pid)
+        assert len(workers) == 2
+        assert server.post({"text": ["apple river"]}).json() == {"translations": ["apple river"]}
+        os.kill(min(workers), signal.SIGKILL)  # idle, as an out-of-memory kill would leave it
+        time.sleep(0.5)
+        answer = server.post({"text": ["stone cloud"]})
+        assert answer.status_code == 200 and answer.json() == {"translations": ["stone cloud"]}
+        assert server.stats()["status"] == "ok"
+        fresh = children(server.process.pid)
+        assert len(fresh) == 2 and not fresh & workers
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in fresh) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in fresh)
+    with pytest.raises(ConnectionRefusedError):  # no worker kept the listening socket open
+        socket.create_connection((host, int(port)), timeout=5)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_workers_die_with_a_killed_server(trained: TrainedRun) -> None:
+    with running_server(trained.checkpoint, "--workers", 2) as server:
+        workers = children(server.process.pid)
+        assert len(workers) == 2
+        server.process.kill()
+        server.process.wait(30)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)  # no orphans left decoding nothing
