@@ -66,14 +66,14 @@ class ModelConfig:
     """Set from the prepared data: source and target share one sentencepiece model."""
 
     def validate(self, where: str) -> None:
+        for name in "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split():
+            _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
         _check(
             self.d_model % self.heads == 0,
             where,
             "model.d_model",
             f"{self.d_model} is not divisible by model.heads = {self.heads}",
         )
-        for name in "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split():
-            _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
@@ -153,8 +153,9 @@ class TrainConfig:
         return dataclasses.replace(self, update_freq=update_freq)
 
     def validate(self, where: str) -> None:
-        for name in ("max_tokens", "update_freq", "warmup"):
+        for name in ("max_tokens", "update_freq", "warmup", "log_every_updates"):
             _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
+        _check(0 <= self.seed < 2**63, where, "train.seed", "must be from 0 to 2**63 - 1")
         _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
         _check_choice(self.lr_schedule, ("noam", "inverse_sqrt"), where, "train.lr_schedule")
         _check_choice(self.precision, ("bf16", "fp16", "fp32"), where, "train.precision")
@@ -181,9 +182,7 @@ class TrainConfig:
         for name in ("lr", "lr_scale", "adam_eps"):
             _check(getattr(self, name) > 0, where, f"train.{name}", "must be positive")
         never_negative = "max_updates max_epochs max_minutes save_every_updates save_every_minutes keep_last"
-        for name in (
-            f"{never_negative} valid_every_updates patience clip_norm log_every_updates update_tokens".split()
-        ):
+        for name in f"{never_negative} valid_every_updates patience clip_norm update_tokens".split():
             _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 
 

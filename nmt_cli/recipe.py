@@ -41,7 +41,7 @@ def _coerce(value: object, annotation: str, key: str, where: str) -> object:
         return value
     if annotation == "list[float]":
         if not isinstance(value, list) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value
         ):
             raise bad()
         return [float(v) for v in value]

@@ -83,9 +83,9 @@ class MetricsLog:
         if not self.path.exists():
             return []
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_bytes().splitlines():
             try:
                 records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a killed run
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue  # a line cut short by a killed run, or damaged
         return records

@@ -52,9 +52,16 @@ def read_run(path: Path) -> Run:
         raise InputError(f"{path}: no such run directory")
     if not metrics.is_file():
         raise InputError(f"{path}: no metrics.jsonl here; expected the --out directory of `nmt train`")
-    records = [r for r in MetricsLog(metrics).read() if isinstance(r, dict)]
+    records = [r for r in MetricsLog(metrics).read() if isinstance(r, dict) and _plottable(r)]
     label = (path if path.is_dir() else path.parent).resolve().name or str(path)
     return Run(label, _latest(records, "train"), _latest(records, "valid"))
+
+
+def _plottable(record: dict) -> bool:
+    """A record whose numbers a figure can hold: finite and of a sane size (a damaged or
+    hand-edited line with 1e308 would overflow the axes); others are left out like cut lines."""
+    numbers = [v for v in record.values() if isinstance(v, int | float) and not isinstance(v, bool)]
+    return all(math.isfinite(v) and abs(v) < 1e100 for v in numbers)
 
 
 def _latest(records: list[dict], kind: str) -> list[dict]:

@@ -27,6 +27,9 @@ from nmt_cli.report import Reporter
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
 
 
+MAX_VOCAB = 1_000_000  # sentencepiece's ids are int32; vocabularies in use stay well below
+
+
 def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     reporter = Reporter(quiet)
     src, tgt, out, workers = cfg.src, cfg.tgt, Path(cfg.out), cfg.workers
@@ -133,7 +136,10 @@ def _check_options(cfg: PrepareConfig, options: dict) -> None:
             not any(c.isspace() or c == "," for t in tags for c in t),
             "--train-tag / --reserve: a tag is one word without spaces or commas, e.g. <BT>",
         ),
-        (options["vocab_size"] >= 8, f"--vocab-size {options['vocab_size']}: must be at least 8"),
+        (
+            8 <= options["vocab_size"] <= MAX_VOCAB,
+            f"--vocab-size {options['vocab_size']}: must be from 8 to {MAX_VOCAB:,}",
+        ),
         (0.0 < options["character_coverage"] <= 1.0, "--character-coverage: must be in (0, 1]"),
         (options["spm_sample"] >= 1, "--spm-sample: must be at least 1"),
         (options["max_len"] >= 1, "--max-len: must be at least 1"),

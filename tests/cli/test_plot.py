@@ -246,3 +246,15 @@ def test_attend_refuses_a_layer_or_head_the_model_does_not_have(
     code = nmt("-q", "attend", "-m", trained.checkpoint, "-i", source, "--out-dir", tmp_path / "m", *option)
     assert code == 2
     assert capsys.readouterr().err == f"nmt: error: {expected}\n"
+
+
+def test_damaged_lines_are_left_out_and_the_figure_is_drawn(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_metrics(run_dir, last=400, cut_short=False)
+    damaged = [train_record(450) | {"loss": 1e308}, train_record(500) | {"lr": -1e308}]
+    with (run_dir / "metrics.jsonl").open("ab") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in damaged).encode() + b"\xff\xfe not UTF-8\n")
+    assert [r["update"] for r in plot.read_run(run_dir).train] == list(range(50, 401, 50))
+    out = tmp_path / "curves.png"
+    assert nmt("-q", "plot", run_dir, "-o", out) == 0 and out.stat().st_size > 0
+    assert nmt("-q", "plot", run_dir, "--terminal") == 0

@@ -312,3 +312,8 @@ def test_subprocess_exit_code_and_one_line(data: Path, tmp_path: Path) -> None:
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("nmt: error: ") and result.stderr.count("\n") == 1
     assert "train.en: no such file" in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_size_sentencepiece_cannot_hold_is_one_line(capsys, data: Path, tmp_path: Path) -> None:
+    line = fails(capsys, data, tmp_path / "out", "--vocab-size", 2**40)
+    assert "--vocab-size 1099511627776: must be from 8 to 1,000,000" in line

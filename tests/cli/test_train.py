@@ -152,6 +152,12 @@ def test_an_interrupted_run_resumes_exactly(
         (["model.d_model=30", "model.heads=4"], "model.d_model"),
         (["train.max_tokens=abc"], "train.max_tokens"),
         (["nosection=1"], "nosection=1"),
+        (["model.heads=0"], "model.heads"),
+        (["train.log_every_updates=0"], "train.log_every_updates"),
+        (["train.seed=-1"], "train.seed"),
+        ([f"train.seed={2**70}"], "train.seed"),
+        (["train.corpus_weights=[inf]"], "train.corpus_weights"),
+        (["train.label_smoothing=nan"], "train.label_smoothing"),
     ],
 )
 def test_a_bad_recipe_value_fails_in_one_line(
