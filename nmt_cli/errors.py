@@ -68,6 +68,11 @@ class RunFailure(NmtError):
     exit_code = 1
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a command can finish its cleanup and say what
+    it kept (exit 143, as a process ended by SIGTERM reports)."""
+
+
 def describe(exc: BaseException) -> tuple[str, int] | None:
     """The one line and the exit code for an error that ends a command; None for what is not a
     failure (SystemExit and the like)."""
@@ -75,6 +80,8 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         return str(exc), exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", 130
+    if isinstance(exc, Terminated):
+        return "terminated by SIGTERM", 143
     if isinstance(exc, MemoryError):
         return "out of memory; use smaller batches (--batch-tokens, train.max_tokens)", 1
     if isinstance(exc, OSError):

@@ -6,13 +6,15 @@ This is the only place that prints errors.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import traceback
 
 import typer
 
 from nmt_cli.cli.app import Globals, app
-from nmt_cli.errors import SettingError, describe
+from nmt_cli.errors import SettingError, Terminated, describe
 
 try:  # recent Typer releases ship their own copy of click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
@@ -22,7 +24,17 @@ except ImportError:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Everything that escapes a command, a usage error included, becomes
-    one line and an exit code here."""
+    one line and an exit code here; SIGTERM too (`nmt train` and `nmt serve` stop on it their own
+    way while they run)."""
+    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
+    try:
+        _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         code = app(args=argv, prog_name="nmt", standalone_mode=False)
     except NoArgsIsHelpError as err:  # `nmt` alone: the help, as click shows it
@@ -38,11 +50,19 @@ def main(argv: list[str] | None = None) -> None:
         _fail("interrupted", 130)
     except SettingError as err:
         _fail(err.as_option(), err.exit_code)
-    except (Exception, KeyboardInterrupt) as exc:  # the last line of defence against a raw traceback
+    except (Exception, KeyboardInterrupt, Terminated) as exc:  # the last defence against a traceback
         message, exit_code = describe(exc) or (str(exc), 1)
         _fail(message, exit_code)
     if isinstance(code, int) and code != 0:
         sys.exit(code)
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _fail(message: str, code: int) -> None:

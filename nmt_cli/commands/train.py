@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, NmtError
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
@@ -71,6 +73,12 @@ def run(
             reason = train(session, resume)
     finally:
         distributed.cleanup(world)
+    signalled = re.match(r"stopped by (SIG[A-Z]+)", reason)
+    if signalled:  # saved, but not finished: the exit code says which signal, as for any command
+        raise NmtError(
+            f"training {reason}; checkpoints in {out / 'checkpoints'}: run the same command to resume",
+            exit_code=128 + signal.Signals[signalled.group(1)].value,
+        )
     reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
 
 

@@ -247,7 +247,7 @@ def test_two_trainings_never_share_a_run_directory(corpus: Corpus, tmp_path: Pat
         if first.poll() is None:
             first.kill()
             first.wait(30)
-    done = reached(run_dir / "metrics.jsonl")
+    done = checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt").update
     resumed = train_args(
         corpus.data, run_dir, f"train.max_updates={done + 20}", "train.save_every_updates=20"
     )
