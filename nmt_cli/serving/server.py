@@ -17,11 +17,14 @@ if TYPE_CHECKING:
     from uvicorn import Server
 
 log = logging.getLogger("nmt_cli.serving")
+BACKLOG = 2048  # uvicorn's own default
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port but not listening yet: a taken port fails before the model is
-    loaded, and until the server starts, connections are refused rather than left hanging."""
+    """A socket listening on host:port from the start: a taken port fails before the model is
+    loaded, and so does a second server started at the same moment (two sockets may bind one port
+    while neither listens). Connections made while the model loads wait in the backlog and are
+    answered once it is ready."""
     if not 0 <= port <= 65535:
         raise InputError(f"--port {port}: must be from 0 to 65535")
     try:
@@ -34,6 +37,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(BACKLOG)
     except OSError as err:
         sock.close()
         raise InputError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None

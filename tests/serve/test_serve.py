@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TrainedRun, nmt, one_thread, sentences
+from conftest import TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env
 from serve_helpers import Server, running_server
 
 import nmt_cli
@@ -377,3 +378,27 @@ def test_workers_die_with_a_killed_server(trained: TrainedRun) -> None:
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in workers)  # no orphans left decoding nothing
+
+
+def test_two_servers_started_at_once_on_one_port_one_serves_one_refuses(trained: TrainedRun) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    command = nmt_command("serve", "-m", trained.checkpoint, "--port", port, "--threads", 1, "--workers", 1)
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    servers = [subprocess.Popen(command, env=subprocess_env(), text=True, **streams) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 120
+        while all(s.poll() is None for s in servers):
+            assert time.monotonic() < deadline, "neither server was refused"
+            time.sleep(0.1)
+        loser = next(s for s in servers if s.poll() is not None)
+        winner = next(s for s in servers if s is not loser)
+        err = loser.communicate(timeout=30)[1]
+        assert loser.returncode == 2 and err.count("\n") == 1 and f"--port {port}" in err, err
+        answer = httpx.post(f"http://127.0.0.1:{port}/translate", json={"text": ["apple river"]}, timeout=120)
+        assert answer.status_code == 200 and winner.poll() is None
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                server.wait(60)
