@@ -82,9 +82,12 @@ class CorpusMeta:
                 "run `nmt prepare` again"
             )
         try:
-            return cls(**data)
+            meta = cls(**data)
         except TypeError as err:  # a key missing or unknown
             raise InputError(f"{path}: damaged ({err}); run `nmt prepare` again") from None
+        if meta.dtype not in DTYPES:
+            raise InputError(f"{path}: damaged (token dtype {meta.dtype!r}); run `nmt prepare` again")
+        return meta
 
 
 def bin_name(split: str, lang: str) -> str:
@@ -93,6 +96,9 @@ def bin_name(split: str, lang: str) -> str:
 
 def idx_name(split: str, lang: str) -> str:
     return f"{split}.{lang}.idx"
+
+
+DTYPES = ("uint16", "int32")
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -263,10 +269,16 @@ class TokenArray:
     would otherwise pile up update after update (measured: 3-5 MB an update at 2M pairs)."""
 
     def __init__(
-        self, tokens: np.ndarray, offsets: np.ndarray, files: tuple[Path, Path] | None = None
+        self,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        files: tuple[Path, Path] | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.tokens = tokens
         self.offsets = offsets
+        self.vocab_size = vocab_size
+        """Ids must be below it: a damaged file is found at the sentence read, without a scan."""
         self.files = files
         """(tokens, offsets) files, when the arrays map them."""
         self._fds: tuple[int, int] | None = None
@@ -278,6 +290,16 @@ class TokenArray:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
+        ids = self._read(i)
+        if self.vocab_size is not None and ids.size and int(ids.max()) >= self.vocab_size:
+            where = self.files[0] if self.files is not None else "the corpus"
+            raise InputError(
+                f"{where}: sentence {int(i) % len(self) + 1:,} has id {int(ids.max())}, beyond the "
+                f"vocabulary of {self.vocab_size}; the corpus is damaged, run `nmt prepare` again"
+            )
+        return ids
+
+    def _read(self, i: int) -> np.ndarray:
         if self._fds is None:
             return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
         if not -len(self) <= i < len(self):
@@ -336,7 +358,9 @@ def _map(path: Path, dtype: str) -> np.ndarray:
     return np.frombuffer(mapped, dtype=dtype)
 
 
-def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
+def load_array(
+    data_dir: Path, split: str, lang: str, dtype: str, vocab_size: int | None = None
+) -> TokenArray:
     data_dir = Path(data_dir)
     tokens = _map(data_dir / bin_name(split, lang), dtype)
     offsets = _map(data_dir / idx_name(split, lang), "int64")
@@ -347,7 +371,7 @@ def load_array(data_dir: Path, split: str, lang: str, dtype: str) -> TokenArray:
             f"{bin_name(split, lang)}; the corpus is damaged, run `nmt prepare` again"
         )
     files = (data_dir / bin_name(split, lang), data_dir / idx_name(split, lang))
-    return TokenArray(tokens, offsets, files if len(tokens) else None)
+    return TokenArray(tokens, offsets, files if len(tokens) else None, vocab_size)
 
 
 def load_split(data_dir: Path, split: str) -> ParallelSplit:
@@ -355,8 +379,8 @@ def load_split(data_dir: Path, split: str) -> ParallelSplit:
     meta = load_meta(data_dir)
     if split not in meta.splits:
         raise InputError(f"{data_dir}: no {split!r} split (has {', '.join(meta.splits)})")
-    src = load_array(data_dir, split, meta.src, meta.dtype)
-    tgt = load_array(data_dir, split, meta.tgt, meta.dtype)
+    src = load_array(data_dir, split, meta.src, meta.dtype, meta.vocab_size["src"])
+    tgt = load_array(data_dir, split, meta.tgt, meta.dtype, meta.vocab_size["tgt"])
     if len(src) != len(tgt) or len(src) != meta.splits[split]["pairs"]:
         raise InputError(
             f"{data_dir}: {split} has {len(src)} source and {len(tgt)} target sentences, "

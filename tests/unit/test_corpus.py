@@ -75,7 +75,8 @@ def test_writer_and_memmap_reader(tmp_path: Path) -> None:
     tgt = [[4], [65535], [], [6, 6], [7, 8, 9]]
     write_side(tmp_path, "train", "en", src, "uint16")
     write_side(tmp_path, "train", "de", tgt, "uint16")
-    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(5)))
+    vocab = {"src": 65536, "tgt": 65536}  # the largest uint16 id, 65535, is a piece
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(5, vocab_size=vocab)))
     split = corpus.load_split(tmp_path, "train")
     assert len(split) == len(split.src) == len(split.tgt) == 5
     for mapped in (split.src.tokens, split.src.offsets):  # views of the files, not copies
@@ -261,3 +262,22 @@ def test_a_sentence_past_2_to_the_28_pairs_is_read_from_its_own_offset(tmp_path:
     side = corpus.TokenArray(tokens, offsets, (tokens_path, idx_path))
     assert side[np.int32(i)].tolist() == [9, 10, 11]
     assert side[i].tolist() == [9, 10, 11]
+
+
+def test_a_token_id_beyond_the_vocabulary_is_an_input_error_where_it_is_read(tmp_path: Path) -> None:
+    for lang in ("en", "de"):
+        write_side(tmp_path, "train", lang, [[5, 6], [7, 400], [8]], "uint16")  # the vocabulary is 400
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(3)))
+    pairs = corpus.load_split(tmp_path, "train")
+    assert pairs.src[0].tolist() == [5, 6] and pairs.tgt[2].tolist() == [8]
+    with pytest.raises(InputError, match="sentence 2 has id 400, beyond the vocabulary of 400"):
+        pairs.src[1]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bogus", "int64"])
+def test_a_meta_json_with_another_token_type_is_an_input_error(tmp_path: Path, dtype: str) -> None:
+    for lang in ("en", "de"):
+        write_side(tmp_path, "train", lang, [[5, 6], [7]], "uint16")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(2, dtype=dtype)))
+    with pytest.raises(InputError, match="token dtype"):
+        corpus.load_split(tmp_path, "train")
