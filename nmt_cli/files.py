@@ -115,6 +115,7 @@ def locked_directory(directory: Path, name: str) -> Iterator[None]:
     the option, for errors."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{name} {directory}: exists and is not a directory")
+    not_the_working_directory(directory, name)
     made = not directory.exists()
     lock = directory / ".lock"
     try:
@@ -135,6 +136,12 @@ def locked_directory(directory: Path, name: str) -> Iterator[None]:
             if made and not any(directory.iterdir()):
                 directory.rmdir()
         os.close(fd)
+
+
+def not_the_working_directory(directory: Path, name: str) -> None:
+    """An output directory must be named: an empty --out would be the working directory."""
+    if directory.resolve() == Path.cwd().resolve():
+        raise InputError(f"{name} {str(directory)!r}: the working directory; name a directory of its own")
 
 
 def _lock(path: Path) -> int:

@@ -22,6 +22,7 @@ from nmt_cli.config import PrepareConfig
 from nmt_cli.data import corpus, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
+from nmt_cli.files import not_the_working_directory
 from nmt_cli.report import Reporter
 
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
@@ -33,6 +34,7 @@ MAX_VOCAB = 1_000_000  # sentencepiece's ids are int32; vocabularies in use stay
 def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     reporter = Reporter(quiet)
     src, tgt, out, workers = cfg.src, cfg.tgt, Path(cfg.out), cfg.workers
+    not_the_working_directory(out, "--out")
     # The options that decide the corpus's content; with the inputs, they make its fingerprint.
     options = dict(
         vocab_size=cfg.vocab_size,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 EXTRA = "pip install 'nmt-cli[serve]'"
 RETRY_AFTER_S = 1
+DISCONNECT_CHECK_S = 0.05
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 FIELDS = ("text", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
 log = logging.getLogger("nmt_cli.serving")
@@ -192,7 +193,10 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
         except Closed as err:
             return _error(503, f"server: {err}", {"Retry-After": str(RETRY_AFTER_S)})
         try:
-            results = await asyncio.wrap_future(future)
+            results = await _unless_gone(request, asyncio.wrap_future(future))
+        except asyncio.CancelledError:  # the client went away: its lines are not decoded
+            future.cancel()
+            return _error(499, "client: went away before the answer")
         except WorkerDied as err:  # the next request gets fresh workers
             return _error(503, f"server: {err}; retry", {"Retry-After": str(RETRY_AFTER_S)})
         except Exception as err:
@@ -201,6 +205,17 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
         return _translations(results, settings.nbest)
 
     return app
+
+
+async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:
+    """The answer, unless the client disconnects first (then CancelledError): a request still
+    queued is then dropped before it is decoded; one being decoded finishes for nobody."""
+    while True:
+        done, _ = await asyncio.wait({answer}, timeout=DISCONNECT_CHECK_S)
+        if done:
+            return answer.result()
+        if await request.is_disconnected():
+            raise asyncio.CancelledError
 
 
 async def _read_body(request: "Request", limit: int) -> bytes:

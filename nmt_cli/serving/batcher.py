@@ -41,6 +41,8 @@ class BatchStats:
     most_requests_in_a_batch: int = 0
     rejected: int = 0
     """Requests refused because the queue was full."""
+    cancelled: int = 0
+    """Requests dropped before decoding because their callers gave up (clients that went away)."""
 
 
 class QueueFull(Exception):
@@ -168,7 +170,10 @@ class Batcher(Generic[Result]):
             self._waiting_lines -= sum(len(r.lines) for r in batch)
         # A request whose caller cancelled its future (a client that went away) is dropped here;
         # once running, a future can no longer be cancelled, so its result is always deliverable.
-        return [r for r in batch if r.future.set_running_or_notify_cancel()]
+        kept = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        with self._cond:
+            self.stats.cancelled += len(batch) - len(kept)
+        return kept
 
     def _collect(self) -> None:
         """Move new requests to the backlog and count their tokens outside the lock, so that

@@ -108,3 +108,19 @@ def test_a_directory_is_refused_and_untouched(
     one_line_error(capsys)
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png", "in.txt"]
+
+
+@pytest.mark.parametrize("command", ["train", "prepare"])
+def test_an_empty_out_directory_is_refused(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("keep")
+    args = {
+        "train": ["train", "--data", tmp_path / "data", "--out", ""],
+        "prepare": ["prepare", "--train", "t", "--valid", "v", "--src", "en", "--tgt", "de", "--out", ""],
+    }
+    capsys.readouterr()
+    assert nmt("-q", *args[command]) == 2
+    assert "the working directory" in one_line_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -402,3 +402,20 @@ def test_two_servers_started_at_once_on_one_port_one_serves_one_refuses(trained:
             if server.poll() is None:
                 server.send_signal(signal.SIGTERM)
                 server.wait(60)
+
+
+def test_a_request_whose_client_went_away_is_not_decoded(server: Server) -> None:
+    body = json.dumps({"text": ["apple river stone"]}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    before = server.stats()
+    with socket.create_connection((host, int(port))) as sock:  # gone while its request waits (500 ms)
+        head = f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)
+        server.wait_for_queued(1)
+    deadline = time.monotonic() + 10
+    while server.stats()["cancelled"] == before["cancelled"]:
+        assert time.monotonic() < deadline, server.text()
+        time.sleep(0.05)
+    after = server.stats()
+    assert after["cancelled"] == before["cancelled"] + 1 and after["batches"] == before["batches"]
+    assert server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
