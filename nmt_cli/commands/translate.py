@@ -29,6 +29,8 @@ from nmt_cli.report import Reporter
 
 Translate = Callable[[list[str]], list[Hypotheses]]
 """A configured `Translator.translate_with`: lines in, their hypotheses out."""
+Write = Callable[..., None]
+"""`_translate_stream` with its input and settings bound: (output stream, flushed callback)."""
 
 
 def run(
@@ -63,13 +65,16 @@ def run(
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
     translate = functools.partial(translator.translate_with, settings=settings)
+    write = functools.partial(
+        _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest
+    )
     try:
         if output_path is None or destination is None:
-            _translate_stream(translate, source, name, sys.stdout, buffer_size, nbest)
+            write(sys.stdout)
         elif destination[1]:  # a FIFO or a device: written in place, as stdout would be
-            _translate_to_stream(translate, source, name, output_path, destination[0], buffer_size, nbest)
+            _translate_to_stream(write, output_path, destination[0])
         else:
-            _translate_to_file(translate, source, name, output_path, destination[0], buffer_size, nbest)
+            _translate_to_file(write, output_path, destination[0])
     finally:
         translator.close()
         if input_path is not None:
@@ -81,15 +86,7 @@ def run(
         )
 
 
-def _translate_to_stream(
-    translate: Translate,
-    source: BinaryIO,
-    name: str,
-    output_path: Path,
-    target: Path,
-    buffer_size: int,
-    nbest: int,
-) -> None:
+def _translate_to_stream(write: Write, output_path: Path, target: Path) -> None:
     """Write to a FIFO or a character device in place, buffer by buffer; a write error (/dev/full)
     is a failure that says how many lines went out."""
     done = 0
@@ -100,22 +97,14 @@ def _translate_to_stream(
 
     try:
         with open(target, "w", encoding="utf-8") as out:
-            _translate_stream(translate, source, name, out, buffer_size, nbest, flushed)
+            write(out, flushed)
     except OSError as err:
         raise RunFailure(
             f"--output {output_path}: cannot write ({err.strerror or err}); stopped after {done:,} lines"
         ) from None
 
 
-def _translate_to_file(
-    translate: Translate,
-    source: BinaryIO,
-    name: str,
-    output_path: Path,
-    target: Path,
-    buffer_size: int,
-    nbest: int,
-) -> None:
+def _translate_to_file(write: Write, output_path: Path, target: Path) -> None:
     """Write to TARGET.partial, one flushed buffer at a time, and rename it to TARGET at the end
     (TARGET is OUTPUT, or the file a link named OUTPUT points to: the link stays).
 
@@ -139,7 +128,7 @@ def _translate_to_file(
         done, size = lines, os.fstat(out.fileno()).st_size
 
     try:
-        _translate_stream(translate, source, name, out, buffer_size, nbest, flushed)
+        write(out, flushed)
         out.flush()
         os.fsync(out.fileno())  # the renamed file must hold its lines after a power loss too
         out.close()
@@ -181,9 +170,10 @@ def _translate_stream(
     source: BinaryIO,
     name: str,
     out: TextIO,
+    flushed: Callable[[int], None] | None = None,
+    *,
     buffer_size: int,
     nbest: int,
-    flushed: Callable[[int], None] | None = None,
 ) -> None:
     """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
     of input lines done so far. A buffer's output goes out in one write, so that a process killed
