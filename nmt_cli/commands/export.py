@@ -2,11 +2,13 @@
 
 The directory is built under a temporary name beside OUT and renamed at the end, so OUT is
 either absent or complete. The sentencepiece models travel with it: `spm.model` for a joint
-vocabulary, `src.spm.model` and `tgt.spm.model` otherwise.
+vocabulary, `src.spm.model` and `tgt.spm.model` otherwise; and `nmt.json`, the length limits to
+pass to CTranslate2's translate_batch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -31,7 +33,16 @@ EXPORT_FILES = {
     "spm.model",
     "src.spm.model",
     "tgt.spm.model",
+    "nmt.json",
 }
+LIMITS_FILE = "nmt.json"
+
+
+def limits(max_positions: int) -> dict[str, dict[str, int]]:
+    """The length limits CTranslate2 needs for this model, as its translate_batch options: its
+    position table ends at max_positions, and CTranslate2 fails a whole batch on a longer source
+    (both counts include the end-of-sentence token, as nmt's own limits do)."""
+    return {"translate_batch": {"max_input_length": max_positions, "max_decoding_length": max_positions}}
 
 
 def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet: bool) -> None:
@@ -69,6 +80,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         else:
             (staging / "src.spm.model").write_bytes(src_spm)
             (staging / "tgt.spm.model").write_bytes(tgt_spm)
+        (staging / LIMITS_FILE).write_text(json.dumps(limits(cfg.max_positions), indent=2) + "\n")
         if target.exists():
             os.replace(target, holder / "replaced")  # a CTranslate2 export (_target checked)
         os.replace(staging, target)

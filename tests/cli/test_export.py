@@ -149,3 +149,20 @@ def test_library_refuses_unequal_head_widths(tmp_path: Path) -> None:
     model = tiny_model(d_k=8, d_v=4)
     with pytest.raises(ValueError, match="model.d_k"):
         transformer_spec(model, (list(SPECIAL_PIECES),) * 2)
+
+
+def test_the_exported_limits_let_ctranslate2_take_a_source_longer_than_the_model(
+    trained: TrainedRun, tmp_path: Path
+) -> None:
+    # The tiny model holds 64 positions; CTranslate2 fails a whole batch on a longer source
+    # unless it is told the limits, which the export writes beside the model.
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 0
+    limits = json.loads((out / "nmt.json").read_text())["translate_batch"]
+    assert limits == {"max_input_length": 64, "max_decoding_length": 64}
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    sources = [processor.encode(text, out_type=str) for text in ("apple river", " ".join(["stone"] * 100))]
+    results = translator.translate_batch(sources, beam_size=2, **limits)
+    assert processor.decode(results[0].hypotheses[0]) == "apple river"
+    assert 0 < len(results[1].hypotheses[0]) <= 64
