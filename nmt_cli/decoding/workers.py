@@ -121,7 +121,7 @@ class WorkerPool:
 
 def _stop(executor: ProcessPoolExecutor) -> None:
     """End the workers now, busy or not (shutdown alone would wait for a call in progress)."""
-    processes = list(getattr(executor, "_processes", {}).values())
+    processes = list((getattr(executor, "_processes", None) or {}).values())  # None once broken
     executor.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.kill()
