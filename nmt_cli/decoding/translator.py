@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data import spm
 from nmt_cli.data.text import one_line
+from nmt_cli.decoding import int8
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
 from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
@@ -51,7 +51,8 @@ Hypotheses = list[tuple[str, float]]
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 """fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
 log-probabilities stay float32); int8: every linear layer, the output projection included, with
-int8 weights and activations quantized per call (torch's dynamic quantization; CPU only)."""
+int8 weights per output channel and activations per row (`decoding.int8`; CPU only), so that a
+line's output does not depend on the lines batched with it."""
 
 
 class DecodeOptions(TypedDict, total=False):
@@ -289,8 +290,4 @@ def for_decoding(model: Transformer, precision: str) -> Transformer:
         tied = nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size, bias=False)
         tied.weight = model.tgt_embed.tokens.weight
         model.output_proj = tied
-    from torch.ao.quantization import quantize_dynamic  # imported on use: it slows every start-up
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the kernels are current
-        return cast(Transformer, quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8))
+    return cast(Transformer, int8.quantize(model))

@@ -1,0 +1,56 @@
+"""int8 decoding layers: a row's output is a function of that row alone, with either kernel, and
+stays close to the float layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from nmt_cli.decoding import int8
+
+KERNELS = [pytest.param(True, id="fbgemm"), pytest.param(False, id="int_mm")]
+
+
+def rows_of_unlike_scales(count: int, width: int, seed: int) -> torch.Tensor:
+    """Rows whose magnitudes differ by orders, some with one outlier: a scale shared by the batch
+    would change every other row's rounding."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, width, generator=gen) * torch.logspace(-2, 2, count)[:, None]
+    x[::3, 0] *= 50
+    return x
+
+
+@pytest.mark.parametrize("fbgemm", KERNELS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_each_row_gets_what_it_gets_alone(fbgemm: bool, bias: bool) -> None:
+    if fbgemm and not int8._fbgemm_works():
+        pytest.skip("this torch has no fbgemm (not an x86 build)")
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40, bias=bias)
+    layer = int8.Int8Linear(linear, fbgemm)
+    x = rows_of_unlike_scales(24, 96, seed=1)
+    with torch.inference_mode():
+        batch = layer(x)
+        alone = torch.cat([layer(row[None]) for row in x])
+        reordered = layer(x.flip(0)).flip(0)
+        in_3d = layer(x.view(4, 6, 96)).view(24, 40)
+        reference = linear(x)
+    assert torch.equal(batch, alone)
+    assert torch.equal(batch, reordered)
+    assert torch.equal(batch, in_3d)
+    error = (batch - reference).norm(dim=1) / reference.norm(dim=1)
+    assert error.max() < 0.1, error.max()  # the rows with an outlier lose most: 0.05-0.06
+
+
+def test_quantize_replaces_every_linear_layer_and_keeps_the_rest() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 3)))
+    x = torch.randn(5, 8)
+    with torch.inference_mode():
+        before = model(x)
+        int8.quantize(model)
+        after = model(x)
+    assert [type(m).__name__ for m in model.modules()].count("Linear") == 0
+    assert sum(isinstance(m, int8.Int8Linear) for m in model.modules()) == 2
+    assert isinstance(model[2][0], nn.LayerNorm)
+    assert torch.allclose(after, before, atol=0.05, rtol=0.05)
