@@ -42,7 +42,7 @@ class TrainState:
 @dataclass
 class Checkpoint:
     kind: str
-    """"train" (written every N updates), "best" or "average"."""
+    """"train" (written every N updates), "best", "average" or "import"."""
     config: dict[str, Any]
     """The resolved run config, as `recipe.to_dict` writes it."""
     model: dict[str, torch.Tensor]
@@ -56,6 +56,8 @@ class Checkpoint:
     train_state: TrainState | None = None
     averaged_from: list[dict[str, Any]] | None = None
     """For an average: the path and update of each source."""
+    imported_from: dict[str, Any] | None = None
+    """For a model `nmt import` read from another toolkit: the toolkit and the source path."""
 
     @property
     def update(self) -> int:
@@ -81,6 +83,8 @@ class Checkpoint:
             payload.update(optimizer=state.optimizer, scaler=state.scaler, rng=state.rng)
         if self.averaged_from is not None:
             payload["averaged_from"] = self.averaged_from
+        if self.imported_from is not None:
+            payload["imported_from"] = self.imported_from
         if self.languages is not None:
             payload["languages"] = list(self.languages)
         return payload
@@ -116,6 +120,7 @@ class Checkpoint:
             progress=payload.get("progress"),
             train_state=state,
             averaged_from=payload.get("averaged_from"),
+            imported_from=payload.get("imported_from"),
             languages=(languages[0], languages[1]) if languages is not None else None,
         )
 

@@ -19,6 +19,9 @@ from nmt_cli.ranges import check_setting, one_of, setting_problem
 
 # Fixed sentencepiece ids (data/spm.py trains with these), shared by data, model and search.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+DECODER_START = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
+POSITIONS = ("sinusoidal", "learned", "sinusoidal-halves", "sinusoidal-fairseq")
+ACTIVATIONS = ("relu", "gelu", "swish")
 
 
 @dataclass
@@ -48,7 +51,9 @@ class ModelConfig:
     norm: str = "post"
     """"post": LayerNorm(x + Dropout(Sublayer(x))) as in the paper; "pre": x + Dropout(Sublayer(LN(x)))."""
     positions: str = "sinusoidal"
-    """"sinusoidal" (§3.5) or "learned" position embeddings."""
+    """"sinusoidal" (§3.5: sines and cosines interleaved) or "learned" position embeddings; for
+    imported models, Marian's "sinusoidal-halves" (all sines, then all cosines) and fairseq's
+    "sinusoidal-fairseq" (halves, frequencies spaced over d/2 - 1 steps, positions from 2)."""
     share_embeddings: bool = True
     """Tie decoder input embedding and pre-softmax weights (§3.4); also the source embedding
     when the vocabulary is joint."""
@@ -58,12 +63,25 @@ class ModelConfig:
     """RealFormer: add the previous layer's raw attention scores to this layer's."""
     attention_window: int = 0
     """Restricted self-attention (§4, Table 1): attend only within radius r; 0 means unrestricted."""
+    activation: str = "relu"
+    """The feed-forward non-linearity: "relu" (Eq. 2); "gelu" or "swish" (imported models)."""
+    scale_embeddings: bool = True
+    """Multiply token embeddings by sqrt(d_model) (§3.4)."""
+    output_bias: bool = False
+    """A bias on the pre-softmax projection (Marian's final_logits_bias); the paper has none."""
+    decoder_start: str = "bos"
+    """The first token fed to the decoder: "bos"; "eos" as fairseq, "pad" as Marian."""
     src_vocab_size: int = 0
     """Set from the prepared data; not a recipe value."""
     tgt_vocab_size: int = 0
     """Set from the prepared data; not a recipe value."""
     joint_vocab: bool = True
     """Set from the prepared data: source and target share one sentencepiece model."""
+
+    @property
+    def start_id(self) -> int:
+        """The id of `decoder_start`."""
+        return DECODER_START[self.decoder_start]
 
     def validate(self, where: str) -> None:
         for name in "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split():
@@ -78,7 +96,9 @@ class ModelConfig:
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
         _check_choice(self.norm, ("post", "pre"), where, "model.norm")
-        _check_choice(self.positions, ("sinusoidal", "learned"), where, "model.positions")
+        _check_choice(self.positions, POSITIONS, where, "model.positions")
+        _check_choice(self.activation, ACTIVATIONS, where, "model.activation")
+        _check_choice(self.decoder_start, tuple(DECODER_START), where, "model.decoder_start")
         _check(
             self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1"
         )

@@ -182,6 +182,20 @@ def average(
     command.run(list(checkpoints or []), output, run_dir=run, last=last, quiet=Globals.quiet)
 
 
+@app.command(
+    "import",
+    epilog="Examples: nmt import opus-mt-en-de -o en-de.pt\n\nnmt import wmt-fairseq/model.pt -o en-de.pt",
+)
+def import_(
+    source: Annotated[str, typer.Argument(help="Marian (Hugging Face) directory or fairseq checkpoint.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.")],
+) -> None:
+    """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint."""
+    from nmt_cli.commands import import_model as command
+
+    command.run(source, output, quiet=Globals.quiet)
+
+
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
 def export(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.config import BOS_ID, EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, RuntimeConfig
+from nmt_cli.config import EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, RuntimeConfig
 from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import resolve
@@ -53,7 +53,8 @@ def attention_map(
     """(T, S) attention of the target pieces and EOS over the source pieces and EOS."""
     device = next(model.parameters()).device
     src = torch.tensor([[*source, EOS_ID]], device=device)  # (1, S)
-    tgt_in = torch.tensor([[BOS_ID, *hypothesis]], device=device)  # (1, T): row t predicts token t
+    # (1, T): row t predicts token t
+    tgt_in = torch.tensor([[model.cfg.start_id, *hypothesis]], device=device)
     with torch.inference_mode():
         weights = model.cross_attention(src, tgt_in, layer)[0].float()  # (h, T, S)
     chosen = weights.mean(dim=0) if head is None else weights[head]

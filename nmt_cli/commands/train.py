@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import RunConfig, RuntimeConfig
+from nmt_cli.config import ModelConfig, RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError
@@ -276,7 +276,8 @@ def resolve_config(
     cfg.model.joint_vocab = bool(meta.joint)
     if base is None:
         return cfg
-    stored = base.config["model"]
+    # A key the checkpoint lacks came later, with a default that keeps the older behaviour.
+    stored = {**dataclasses.asdict(ModelConfig()), **base.config["model"]}
     for key, value in to_dict(cfg)["model"].items():
         if stored.get(key) == value or (fine_tune and key in REGULARISATION):
             continue

@@ -102,12 +102,14 @@ def _split_sorted(indices: np.ndarray, widths: np.ndarray, max_tokens: int) -> l
     return [indices[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
-def collate(src: list[np.ndarray], tgt: list[np.ndarray] | None = None) -> dict[str, Tensor]:
-    """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with BOS;
-    tgt_out (B, T) ending in EOS."""
+def collate(
+    src: list[np.ndarray], tgt: list[np.ndarray] | None = None, start_id: int = BOS_ID
+) -> dict[str, Tensor]:
+    """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with `start_id` (the
+    model's decoder start, BOS for models nmt trained); tgt_out (B, T) ending in EOS."""
     batch = {"src": _pad([np.append(s, EOS_ID) for s in src])}
     if tgt is not None:
-        batch["tgt_in"] = _pad([np.insert(t, 0, BOS_ID) for t in tgt])
+        batch["tgt_in"] = _pad([np.insert(t, 0, start_id) for t in tgt])
         batch["tgt_out"] = _pad([np.append(t, EOS_ID) for t in tgt])
     return batch
 

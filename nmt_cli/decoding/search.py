@@ -53,6 +53,11 @@ class Ensemble:
     def __init__(self, models: list[Transformer]):
         self.models = models
 
+    @property
+    def start_id(self) -> int:
+        """The first token fed to the decoder (the models agree: checked at load)."""
+        return self.models[0].cfg.start_id
+
     def start(self, src: Tensor, repeat: int) -> list[DecoderState]:
         states = []
         for model in self.models:
@@ -97,7 +102,7 @@ def greedy_search(
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
     active = torch.arange(n, device=device)
-    tokens = torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
+    tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
     for t in range(int(limit.max())):
         log_probs, states = ensemble.step(tokens, states)  # (A, V)
         _constrain_length(log_probs, t, limit[active], cfg.min_len)
@@ -142,7 +147,7 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
     scores = torch.full((n, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: only the first may expand
     history = torch.empty((n, k, 0), dtype=torch.long, device=device)
-    tokens = torch.full((n * k, 1), BOS_ID, dtype=torch.long, device=device)
+    tokens = torch.full((n * k, 1), ensemble.start_id, dtype=torch.long, device=device)
     rank = torch.arange(2 * k, device=device).unsqueeze(0)  # (1, 2K)
     for t in range(max_steps):
         log_probs, states = ensemble.step(tokens, states)  # (A*K, V)

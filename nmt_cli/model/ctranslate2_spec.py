@@ -50,26 +50,33 @@ def transformer_spec(model: Transformer, pieces: tuple[list[str], list[str]]) ->
     from ctranslate2.specs import TransformerSpec, common_spec
 
     pre_norm = cfg.norm == "pre"
+    activations = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }
     spec = TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.heads,
         pre_norm=pre_norm,
-        activation=common_spec.Activation.RELU,
+        activation=activations[cfg.activation],
     )
-    # Source ids end in EOS and the target starts from BOS, as nmt's own batches do.
+    # Source ids end in EOS and the target starts from the model's start token, as nmt's batches do.
     spec.config.add_source_eos = True
-    spec.config.decoder_start_token = SPECIAL_PIECES[2]
+    spec.config.decoder_start_token = SPECIAL_PIECES[cfg.start_id]
     spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default
 
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
     dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
-    enc.scale_embeddings = dec.scale_embeddings = True  # x sqrt(d_model), §3.4
+    enc.scale_embeddings = dec.scale_embeddings = cfg.scale_embeddings  # x sqrt(d_model), §3.4
     enc.position_encodings.encodings = _positions(model.src_embed)
     dec.position_encodings.encodings = _positions(model.tgt_embed)
     # The pre-softmax weights are the target embedding unless the model has a projection of its own.
     projection = model.output_proj.weight if model.output_proj is not None else model.tgt_embed.tokens.weight
     dec.projection.weight = _array(projection)
+    if model.output_bias is not None:
+        dec.projection.bias = _array(model.output_bias)
     if pre_norm:
         _norm(enc.layer_norm, model.encoder_norm)
         _norm(dec.layer_norm, model.decoder_norm)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,17 +30,22 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * keep.view(torch.uint8).to(x.dtype) * (_LEVELS / (_LEVELS - dropped))
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. 2)."""
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. 2); GELU or swish in place of the max for
+    models imported from toolkits that use them."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu"):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation_dropout = activation_dropout
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = dropout(F.relu(self.linear1(x)), self.activation_dropout, self.training)
+        hidden = dropout(self.activation(self.linear1(x)), self.activation_dropout, self.training)
         return self.linear2(hidden)
 
 
@@ -66,13 +72,34 @@ class Residual(nn.Module):
         return y if self.pre_norm else self.norm(y)
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5)."""
-    position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "sinusoidal") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
+
+    Imported models keep their own arrangement of the same idea: "sinusoidal-halves" (Marian) puts
+    the sines in the first half and the cosines in the second; "sinusoidal-fairseq" does too, with
+    frequencies 10000^(-i/(d/2 - 1)) and the first token at position 2 (fairseq's padding index + 1).
+    """
+    first = 2 if layout == "sinusoidal-fairseq" else 0
+    position = torch.arange(first, first + max_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    half = d_model // 2
+    if layout == "sinusoidal-fairseq":
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * (-math.log(10000.0) / (half - 1)))
+    else:
+        steps = torch.arange(0, d_model, 2, dtype=torch.float32)
+        inv_freq = torch.exp(steps * (-math.log(10000.0) / d_model))
     table = torch.zeros(max_positions, d_model)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    if layout == "sinusoidal":
+        table[:, 0::2] = torch.sin(position * inv_freq)
+        table[:, 1::2] = torch.cos(position * inv_freq[:half])
+    elif layout == "sinusoidal-halves":  # in float64 and rounded once, as Marian's own table
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] / torch.pow(
+            10000.0, torch.arange(0, d_model, 2, dtype=torch.float64)[:half] / d_model
+        )
+        table[:, :half] = torch.sin(angles).float()
+        table[:, half : 2 * half] = torch.cos(angles).float()
+    else:
+        table[:, :half] = torch.sin(position * inv_freq[:half])
+        table[:, half : 2 * half] = torch.cos(position * inv_freq[:half])
     return table  # (P, d_model)
 
 
@@ -81,18 +108,27 @@ class Embedding(nn.Module):
 
     table: Tensor  # the sinusoidal positions, a buffer (when positions are not learned)
 
-    def __init__(self, tokens: nn.Embedding, d_model: int, max_positions: int, learned: bool, dropout: float):
+    def __init__(
+        self,
+        tokens: nn.Embedding,
+        d_model: int,
+        max_positions: int,
+        positions: str,
+        dropout: float,
+        scale: bool = True,
+    ):
         super().__init__()
         self.tokens = tokens
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.dropout = dropout
-        self.learned = learned
+        self.learned = learned = positions == "learned"
         if learned:
             self.positions = nn.Embedding(max_positions, d_model)
             nn.init.normal_(self.positions.weight, std=d_model**-0.5)
         else:
             # Not a parameter and not saved: checkpoints hold only what training changes.
-            self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+            table = sinusoidal_table(max_positions, d_model, positions)
+            self.register_buffer("table", table, persistent=False)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids (B, T) at positions start..start+T-1 -> (B, T, d_model)."""

@@ -78,7 +78,7 @@ def _residual(cfg: ModelConfig) -> Residual:
 
 
 def _feed_forward(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
 
 
 ScorePair = tuple[Tensor | None, Tensor | None]
@@ -159,7 +159,8 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer. Source ids end in EOS; target input starts with BOS."""
+    """Encoder-decoder Transformer. Source ids end in EOS; target input starts with
+    `cfg.start_id` (BOS unless the model was imported)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -169,9 +170,9 @@ class Transformer(nn.Module):
         tgt_tokens = nn.Embedding(cfg.tgt_vocab_size, d, padding_idx=PAD_ID)
         three_way = cfg.share_embeddings and cfg.joint_vocab and cfg.src_vocab_size == cfg.tgt_vocab_size
         src_tokens = tgt_tokens if three_way else nn.Embedding(cfg.src_vocab_size, d, padding_idx=PAD_ID)
-        learned = cfg.positions == "learned"
-        self.src_embed = Embedding(src_tokens, d, cfg.max_positions, learned, cfg.dropout)
-        self.tgt_embed = Embedding(tgt_tokens, d, cfg.max_positions, learned, cfg.dropout)
+        at = (cfg.max_positions, cfg.positions, cfg.dropout, cfg.scale_embeddings)
+        self.src_embed = Embedding(src_tokens, d, *at)
+        self.tgt_embed = Embedding(tgt_tokens, d, *at)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm leaves the stacks' outputs unnormalised; post-norm already ends in a LayerNorm.
@@ -179,6 +180,8 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.output_proj = None if cfg.share_embeddings else nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        # Marian's final_logits_bias; a parameter of its own so that a tied projection keeps it.
+        self.output_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.output_bias else None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -245,8 +248,9 @@ class Transformer(nn.Module):
     def project(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear transformation (§3.4): hidden (..., d_model) -> logits (..., V)."""
         if self.output_proj is None:
-            return F.linear(hidden, self.tgt_embed.tokens.weight)
-        return self.output_proj(hidden)
+            return F.linear(hidden, self.tgt_embed.tokens.weight, self.output_bias)
+        logits = self.output_proj(hidden)
+        return logits if self.output_bias is None else logits + self.output_bias
 
     def init_state(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderState:
         """The state before the first target token; decode_step then takes `beam` rows per sentence."""

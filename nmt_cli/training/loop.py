@@ -143,6 +143,7 @@ def apply_update(
 def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     """Train until a stop condition; returns why it stopped."""
     cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
+    start = cfg.model.start_id
     net = distributed.wrap(model, world, s.device)  # what forward and backward go through
     optimizer = torch.optim.Adam(
         model.parameters(), lr=0.0, betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps, fused=True
@@ -180,7 +181,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                 while progress.batch < len(batches) and not reason:
                     group, mine = distributed.update_share(batches, progress.batch, tc.update_freq, world)
                     tensors = [
-                        collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx])
+                        collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx], start)
                         for idx in mine or group[:1]  # group[:1]: a stand-in for an idle process
                     ]
                     lr = learning_rate(

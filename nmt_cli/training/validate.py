@@ -26,7 +26,7 @@ def valid_loss(
     for idx in make_batches(
         data.src.lengths(), data.tgt.lengths(), cfg.train.max_tokens, 0, 0, shuffle=False
     ):
-        batch = collate([data.src[i] for i in idx], [data.tgt[i] for i in idx])
+        batch = collate([data.src[i] for i in idx], [data.tgt[i] for i in idx], model.cfg.start_id)
         with autocast(device, cfg.train.precision):
             logits = model(batch["src"].to(device), batch["tgt_in"].to(device))
         loss, nll = label_smoothed_nll(logits, batch["tgt_out"].to(device), cfg.train.label_smoothing)

@@ -1,0 +1,220 @@
+"""fairseq `transformer` checkpoints (post- or pre-norm, shared or separate embeddings) with
+their dictionaries and sentencepiece model.
+
+The checkpoint is read with torch's weights-only unpickler, which admits tensors and plain
+containers; fairseq's config is an `argparse.Namespace` (older checkpoints) or dicts, and
+Namespace is the one class added. fairseq itself is never imported.
+
+fairseq's conventions, as nmt expresses them: dictionary ids <s> 0, <pad> 1, </s> 2, <unk> 3
+(renumbered to nmt's pad 0, unk 1, bos 2, eos 3); sources end in </s> and the decoder starts from
+</s> (`decoder_start = "eos"`); sinusoidal positions in halves counted from 2
+("sinusoidal-fairseq"); embeddings scaled by sqrt(d) unless `no_scale_embedding`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.errors import InputError
+from nmt_cli.importing.imported import Imported
+from nmt_cli.importing.layers import norm, stacks
+from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
+
+SPECIALS = {"<s>": "<s>", "<pad>": "<pad>", "</s>": "</s>", "<unk>": "<unk>"}
+SPM_NAMES = ("spm.model", "sentencepiece.bpe.model", "sentencepiece.model")
+
+
+def looks_like(source: Path) -> bool:
+    """A fairseq checkpoint file, or a directory with one and its dictionaries."""
+    if source.is_dir():
+        return any(source.glob("dict.*.txt")) and any(source.glob("*.pt"))
+    return source.suffix == ".pt" and any(source.parent.glob("dict.*.txt"))
+
+
+def read(source: Path) -> Imported:
+    path = _checkpoint_file(source)
+    folder = path.parent
+    state = _load(path)
+    args = _model_args(state, path)
+    languages = _languages(state, args)
+    if languages is None:
+        raise InputError(f"{path}: the checkpoint names no source and target language")
+    src_dict = _dictionary(folder / f"dict.{languages[0]}.txt")
+    tgt_dict = _dictionary(folder / f"dict.{languages[1]}.txt")
+    spm_bytes = _sentencepiece(folder, path)
+    src, tgt = renumber(src_dict, SPECIALS, [spm_bytes]), renumber(tgt_dict, SPECIALS, [spm_bytes])
+    cfg = _config(args, path, len(src.pieces), len(tgt.pieces), src_dict == tgt_dict)
+    cfg.output_bias = bool(tgt.never)
+    weights = _weights(state["model"], cfg, src, tgt, path)
+    spm = {
+        "src": renumbered_model(spm_bytes, src.pieces, f"{folder} sentencepiece model"),
+        "tgt": renumbered_model(spm_bytes, tgt.pieces, f"{folder} sentencepiece model"),
+    }
+    # fairseq-interactive's defaults: beam 5, score / |Y|^1 with |Y| counting </s>, 200 tokens.
+    decode = DecodeConfig(beam=5, lenpen=1.0, lenpen_style="fairseq", max_len_a=0.0, max_len_b=200, min_len=1)
+    origin = {"toolkit": "fairseq", "path": str(path.resolve()), "arch": str(args.get("arch", ""))}
+    return Imported(cfg, weights, spm, languages, decode, origin)
+
+
+def _checkpoint_file(source: Path) -> Path:
+    if source.is_file():
+        return source
+    found = sorted(source.glob("*.pt"))
+    preferred = [p for p in found if p.name in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")]
+    if len(found) == 1 or preferred:
+        return (preferred or found)[0]
+    raise InputError(f"{source}: {len(found)} checkpoints (.pt) inside; give the one to import")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure of a foreign file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"{path}: not a fairseq checkpoint that can be read safely: {first}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise InputError(f"{path}: not a fairseq checkpoint (no model weights inside)")
+    return state
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, argparse.Namespace):
+        return vars(value)
+    return value if isinstance(value, dict) else {}
+
+
+def _model_args(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    cfg = _as_dict(state.get("cfg"))
+    args = _as_dict(cfg.get("model")) or _as_dict(state.get("args"))
+    if not args:
+        raise InputError(f"{path}: the checkpoint holds no model configuration (cfg.model or args)")
+    return args
+
+
+def _languages(state: dict[str, Any], args: dict[str, Any]) -> tuple[str, str] | None:
+    task = _as_dict(_as_dict(state.get("cfg")).get("task")) or _as_dict(state.get("args")) or args
+    src, tgt = task.get("source_lang"), task.get("target_lang")
+    return (str(src), str(tgt)) if src and tgt else None
+
+
+def _dictionary(path: Path) -> list[str]:
+    """fairseq's Dictionary: four specials, then one `symbol count [#fairseq:overwrite]` a line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the fairseq dictionary ({err.strerror})") from None
+    pieces = ["<s>", "<pad>", "</s>", "<unk>"]
+    for number, line in enumerate(lines, 1):
+        fields = line.rstrip().rsplit(" ", 2 if line.rstrip().endswith("#fairseq:overwrite") else 1)
+        if len(fields) < 2 or not fields[1].lstrip("-").isdigit():
+            raise InputError(f"{path}:{number}: not a `symbol count` line of a fairseq dictionary")
+        pieces.append(fields[0])
+    return pieces
+
+
+def _sentencepiece(folder: Path, path: Path) -> bytes:
+    for name in SPM_NAMES:
+        if (folder / name).is_file():
+            return (folder / name).read_bytes()
+    if (folder / "bpecodes").is_file() or (folder / "code").is_file():
+        raise InputError(
+            f"{folder}: a Moses + subword-nmt BPE model (bpecodes); nmt imports fairseq models "
+            "tokenized with sentencepiece only"
+        )
+    raise InputError(
+        f"{folder}: no sentencepiece model beside {path.name} (looked for {', '.join(SPM_NAMES)})"
+    )
+
+
+def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same_dict: bool) -> ModelConfig:
+    def arg(name: str, default: Any = None) -> Any:
+        return args.get(name, default)
+
+    # Options that change the architecture, off (None, False or 0) in the models nmt can hold.
+    refused = (
+        "adaptive_softmax_cutoff",
+        "adaptive_input",
+        "layernorm_embedding",
+        "no_token_positional_embeddings",
+        "cross_self_attention",
+        "no_cross_attention",
+    )
+    for name in refused:
+        if arg(name) not in (None, False, 0, ""):
+            raise InputError(f"{path}: fairseq's {name} = {arg(name)!r} has no counterpart in nmt's model")
+    d = int(arg("encoder_embed_dim", 512))
+    for name in ("decoder_embed_dim", "decoder_output_dim", "decoder_input_dim"):
+        if int(arg(name, d)) != d:
+            raise InputError(f"{path}: {name} = {arg(name)} differs from encoder_embed_dim = {d}")
+    if int(arg("encoder_ffn_embed_dim", 2048)) != int(arg("decoder_ffn_embed_dim", 2048)):
+        raise InputError(f"{path}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
+    heads = int(arg("encoder_attention_heads", 8))
+    if int(arg("decoder_attention_heads", heads)) != heads or d % heads:
+        raise InputError(f"{path}: encoder and decoder attention heads differ; nmt has one head count")
+    pre = bool(arg("encoder_normalize_before", False))
+    if bool(arg("decoder_normalize_before", False)) != pre:
+        raise InputError(f"{path}: only one of the stacks is pre-norm; nmt has one model.norm")
+    learned = bool(arg("encoder_learned_pos", False))
+    if bool(arg("decoder_learned_pos", False)) != learned:
+        raise InputError(f"{path}: only one side has learned positions; nmt has one model.positions")
+    activation = {"relu": "relu", "gelu": "gelu", "swish": "swish"}.get(str(arg("activation_fn", "relu")))
+    if activation is None:
+        raise InputError(f"{path}: activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
+    share_all = bool(arg("share_all_embeddings", False))
+    shared_out = share_all or bool(arg("share_decoder_input_output_embed", False))
+    positions = max(int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))
+    return ModelConfig(
+        encoder_layers=int(arg("encoder_layers", 6)),
+        decoder_layers=int(arg("decoder_layers", 6)),
+        d_model=d,
+        d_ff=int(arg("encoder_ffn_embed_dim", 2048)),
+        heads=heads,
+        d_k=d // heads,
+        d_v=d // heads,
+        dropout=float(arg("dropout", 0.1)),
+        attention_dropout=float(arg("attention_dropout", 0.0)),
+        activation_dropout=float(arg("activation_dropout", 0.0) or arg("relu_dropout", 0.0) or 0.0),
+        norm="pre" if pre else "post",
+        positions="learned" if learned else "sinusoidal-fairseq",
+        share_embeddings=shared_out,
+        max_positions=positions,
+        src_vocab_size=src_size,
+        tgt_vocab_size=tgt_size,
+        joint_vocab=share_all and same_dict,
+        activation=activation,
+        scale_embeddings=not bool(arg("no_scale_embedding", False)),
+        decoder_start="eos",
+    )
+
+
+def _weights(
+    theirs: dict[str, torch.Tensor], cfg: ModelConfig, src: Renumbering, tgt: Renumbering, path: Path
+) -> dict[str, torch.Tensor]:
+    def get(name: str) -> torch.Tensor:
+        if name not in theirs:
+            raise InputError(f"{path}: no {name} in the checkpoint; not a fairseq transformer of this shape")
+        return theirs[name].float()
+
+    out = {
+        "src_embed.tokens.weight": src.take(get("encoder.embed_tokens.weight")),
+        "tgt_embed.tokens.weight": tgt.take(get("decoder.embed_tokens.weight")),
+    }
+    if cfg.positions == "learned":
+        # fairseq's learned positions also start at padding index + 1 = 2.
+        for side, ours in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
+            out[f"{ours}.positions.weight"] = get(f"{side}.embed_positions.weight")[2 : 2 + cfg.max_positions]
+    out |= stacks(get, cfg, "encoder.layers", "decoder.layers")
+    if cfg.norm == "pre":
+        out |= norm(get, "encoder_norm", "encoder.layer_norm")
+        out |= norm(get, "decoder_norm", "decoder.layer_norm")
+    if not cfg.share_embeddings:
+        out["output_proj.weight"] = tgt.take(get("decoder.output_projection.weight"))
+    if cfg.output_bias:
+        out["output_bias"] = tgt.output_bias()
+    return out

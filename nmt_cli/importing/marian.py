@@ -1,0 +1,236 @@
+"""Hugging Face Marian models (`MarianMTModel`: the OPUS-MT models) from a local directory:
+`config.json`, `model.safetensors` or `pytorch_model.bin`, `source.spm`, `target.spm`,
+`vocab.json` (and `target_vocab.json` when the vocabularies are separate).
+
+Marian's conventions, as nmt expresses them: one id table for the pieces of both sentencepiece
+models (</s> 0 and <unk> 1 in OPUS-MT, <pad> last; renumbered to nmt's order, with an unused row
+for <s>, which Marian lacks); the decoder starts from <pad> (`decoder_start = "pad"`); sinusoidal
+positions from 0 with the sines in the first half ("sinusoidal-halves"); embeddings scaled by
+sqrt(d) when `scale_embedding`; `final_logits_bias` on the output; swish in OPUS-MT's
+feed-forward layers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.errors import InputError
+from nmt_cli.importing.imported import Imported
+from nmt_cli.importing.layers import stacks
+from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
+
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+
+
+def looks_like(source: Path) -> bool:
+    config = source / "config.json"
+    if not (source.is_dir() and config.is_file()):
+        return False
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("model_type") == "marian"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read(folder: Path) -> Imported:
+    config = _json(folder / "config.json")
+    tokenizer = (
+        _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    )
+    separate = bool(tokenizer.get("separate_vocabs", False))
+    src_ids = _vocabulary(folder / "vocab.json")
+    tgt_ids = _vocabulary(folder / "target_vocab.json") if separate else src_ids
+    specials = {
+        "<pad>": str(tokenizer.get("pad_token", "<pad>")),
+        "<unk>": str(tokenizer.get("unk_token", "<unk>")),
+        "</s>": str(tokenizer.get("eos_token", "</s>")),
+    }
+    for name, piece in specials.items():
+        if piece not in src_ids or piece not in tgt_ids:
+            raise InputError(f"{folder}: the vocabulary has no {piece} ({name})")
+    source_spm, target_spm = _read(folder / "source.spm"), _read(folder / "target.spm")
+    if separate:
+        src = renumber(src_ids, specials, [source_spm])
+        tgt = renumber(tgt_ids, specials, [target_spm])
+    else:  # one table for both sides: each model's pieces are in it
+        src = tgt = renumber(src_ids, specials, [source_spm, target_spm])
+    cfg = _config(config, folder, src, tgt, separate, tgt_ids.index(specials["<pad>"]))
+    weights = _weights(_tensors(folder), cfg, config, src, tgt, folder)
+    spm = {
+        "src": renumbered_model(source_spm, src.pieces, f"{folder / 'source.spm'}"),
+        "tgt": renumbered_model(target_spm, tgt.pieces, f"{folder / 'target.spm'}"),
+    }
+    generation = (
+        _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
+    )
+    settings = generation | {
+        k: config[k] for k in ("num_beams", "max_length", "length_penalty") if k in config
+    }
+    max_length = int(settings.get("max_length") or config.get("max_position_embeddings", 512))
+    # generate's max_length counts the start token: max_length - 1 generated, </s> included.
+    decode = DecodeConfig(
+        beam=int(settings.get("num_beams") or 4),
+        lenpen=float(settings.get("length_penalty", 1.0)),
+        lenpen_style="fairseq",
+        max_len_a=0.0,
+        max_len_b=max(0, max_length - 2),
+        min_len=1,
+    )
+    languages = _languages(folder, tokenizer)
+    origin = {
+        "toolkit": "marian",
+        "path": str(folder.resolve()),
+        "name": str(config.get("_name_or_path", "")),
+    }
+    return Imported(cfg, weights, spm, languages, decode, origin)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    except ValueError as err:
+        raise InputError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a JSON object")
+    return data
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the sentencepiece model ({err.strerror})") from None
+
+
+def _vocabulary(path: Path) -> list[str]:
+    """vocab.json's pieces by id; every id from 0 to the largest must be there once."""
+    table = _json(path)
+    if not all(isinstance(i, int) for i in table.values()):
+        raise InputError(f"{path}: not a piece -> id table")
+    pieces: list[str | None] = [None] * (max(table.values(), default=-1) + 1)
+    for piece, i in table.items():
+        pieces[i] = piece
+    if not pieces or any(piece is None for piece in pieces) or len(table) != len(pieces):
+        raise InputError(f"{path}: the ids are not 0..N-1, each once")
+    return [str(piece) for piece in pieces]
+
+
+def _languages(folder: Path, tokenizer: dict[str, Any]) -> tuple[str, str] | None:
+    src, tgt = tokenizer.get("source_lang"), tokenizer.get("target_lang")
+    if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
+        return src, tgt
+    parts = folder.resolve().name.split("-")  # opus-mt-en-de
+    return (parts[-2], parts[-1]) if len(parts) >= 4 and parts[-4:-2] == ["opus", "mt"] else None
+
+
+def _config(
+    config: dict[str, Any], folder: Path, src: Renumbering, tgt: Renumbering, separate: bool, pad: int
+) -> ModelConfig:
+    def get(name: str, default: Any) -> Any:
+        return config.get(name, default)
+
+    where = folder / "config.json"
+    heads = int(get("encoder_attention_heads", 8))
+    d = int(get("d_model", 512))
+    if int(get("decoder_attention_heads", heads)) != heads or d % heads:
+        raise InputError(f"{where}: encoder and decoder attention heads differ; nmt has one head count")
+    if int(get("encoder_ffn_dim", 2048)) != int(get("decoder_ffn_dim", 2048)):
+        raise InputError(f"{where}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
+    activation = ACTIVATIONS.get(str(get("activation_function", "swish")))
+    if activation is None:
+        raise InputError(
+            f"{where}: activation_function {get('activation_function', '')!r}: nmt has swish, gelu, relu"
+        )
+    if (
+        get("normalize_before", False)
+        or get("add_final_layer_norm", False)
+        or get("normalize_embedding", False)
+    ):
+        raise InputError(f"{where}: pre-norm or extra layer norms; nmt imports Marian's post-norm models")
+    if int(get("decoder_start_token_id", pad)) != pad:
+        raise InputError(
+            f"{where}: decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>"
+        )
+    return ModelConfig(
+        encoder_layers=int(get("encoder_layers", 6)),
+        decoder_layers=int(get("decoder_layers", 6)),
+        d_model=d,
+        d_ff=int(get("encoder_ffn_dim", 2048)),
+        heads=heads,
+        d_k=d // heads,
+        d_v=d // heads,
+        dropout=float(get("dropout", 0.1)),
+        attention_dropout=float(get("attention_dropout", 0.0)),
+        activation_dropout=float(get("activation_dropout", 0.0)),
+        norm="post",
+        positions="sinusoidal-halves",
+        share_embeddings=bool(get("tie_word_embeddings", True)),
+        max_positions=int(get("max_position_embeddings", 512)),
+        src_vocab_size=len(src.pieces),
+        tgt_vocab_size=len(tgt.pieces),
+        joint_vocab=not separate and bool(get("share_encoder_decoder_embeddings", True)),
+        activation=activation,
+        scale_embeddings=bool(get("scale_embedding", False)),
+        output_bias=True,
+        decoder_start="pad",
+    )
+
+
+def _tensors(folder: Path) -> dict[str, torch.Tensor]:
+    if (folder / "model.safetensors").is_file():
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise InputError(
+                'reading model.safetensors needs safetensors: pip install "nmt-cli[import]"'
+            ) from None
+        try:
+            return load_file(str(folder / "model.safetensors"))
+        except Exception as err:  # noqa: BLE001 - safetensors' own error types
+            raise InputError(f"{folder / 'model.safetensors'}: not readable ({err})") from None
+    path = folder / "pytorch_model.bin"
+    if not path.is_file():
+        raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure of a foreign file
+        raise InputError(
+            f"{path}: not a weights file that can be read safely ({type(err).__name__})"
+        ) from None
+    if not isinstance(state, dict):
+        raise InputError(f"{path}: not a state dict")
+    return state
+
+
+def _weights(
+    theirs: dict[str, torch.Tensor],
+    cfg: ModelConfig,
+    config: dict[str, Any],
+    src: Renumbering,
+    tgt: Renumbering,
+    folder: Path,
+) -> dict[str, torch.Tensor]:
+    def get(*names: str) -> torch.Tensor:
+        for name in names:
+            if name in theirs:
+                return theirs[name].float()
+        raise InputError(f"{folder}: no {names[0]} in the weights; not a MarianMTModel of this shape")
+
+    src_embed = get("model.encoder.embed_tokens.weight", "model.shared.weight")
+    tgt_embed = get("model.decoder.embed_tokens.weight", "model.shared.weight")
+    out = {
+        "src_embed.tokens.weight": src.take(src_embed),
+        "tgt_embed.tokens.weight": tgt.take(tgt_embed),
+        "output_bias": tgt.output_bias(get("final_logits_bias").reshape(-1)),
+    }
+    out |= stacks(get, cfg, "model.encoder.layers", "model.decoder.layers")
+    if not cfg.share_embeddings:
+        out["output_proj.weight"] = tgt.take(get("lm_head.weight"))
+    return out

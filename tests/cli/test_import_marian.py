@@ -1,0 +1,154 @@
+"""`nmt import` of Hugging Face Marian models (OPUS-MT's format), checked against transformers'
+own MarianMTModel.generate and MarianTokenizer on small random models built here."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece
+import torch
+from conftest import nmt, one_line_error, sentences
+
+from nmt_cli import Translator, checkpoint
+
+transformers = pytest.importorskip("transformers")
+
+MAX_NEW = 24  # tokens generate may add, </s> included
+
+
+def spm_model(lines: list[str], vocab_size: int) -> bytes:
+    """A unigram model (OPUS-MT's kind) learned here, with Marian's special ids."""
+    out = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=out,
+        model_type="unigram",
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,  # the test words cannot fill it
+        unk_id=1,
+        eos_id=0,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return out.getvalue()
+
+
+def marian_dir(folder: Path, activation: str, separate: bool, seed: int) -> Path:
+    """A random MarianMTModel with its tokenizer files, saved as OPUS-MT's models are."""
+    torch.manual_seed(seed)
+    source_lines, target_lines = sentences(400, seed=seed), sentences(400, seed=seed + 1, max_words=8)
+    target_lines = [line.upper() for line in target_lines]  # another "language": other pieces
+    work = folder / "spm"
+    work.mkdir(parents=True)
+    (work / "source.spm").write_bytes(spm_model(source_lines, 60))
+    (work / "target.spm").write_bytes(spm_model(target_lines, 70))
+
+    def pieces(name: str) -> list[str]:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(work / name))
+        return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+    specials = ["</s>", "<unk>"]
+    src_pieces = [p for p in pieces("source.spm") if p not in specials]
+    tgt_pieces = [p for p in pieces("target.spm") if p not in specials]
+    if separate:  # <pad> third in both tables, so that one pad id serves both
+        src_vocab = {p: i for i, p in enumerate([*specials, "<pad>", *src_pieces])}
+        tgt_vocab = {p: i for i, p in enumerate([*specials, "<pad>", *tgt_pieces])}
+        pad = 2
+    else:  # OPUS-MT: one table, <pad> last
+        joint = list(dict.fromkeys([*specials, *src_pieces, *tgt_pieces]))
+        src_vocab = tgt_vocab = {p: i for i, p in enumerate([*joint, "<pad>"])}
+        pad = len(joint)
+    (work / "vocab.json").write_text(json.dumps(src_vocab), encoding="utf-8")
+    (work / "target_vocab.json").write_text(json.dumps(tgt_vocab), encoding="utf-8")
+    tokenizer = transformers.MarianTokenizer(
+        source_spm=str(work / "source.spm"),
+        target_spm=str(work / "target.spm"),
+        vocab=str(work / "vocab.json"),
+        target_vocab_file=str(work / "target_vocab.json") if separate else None,
+        separate_vocabs=separate,
+        source_lang="xx",
+        target_lang="yy",
+    )
+    config = transformers.MarianConfig(
+        vocab_size=len(src_vocab),
+        decoder_vocab_size=len(tgt_vocab),
+        share_encoder_decoder_embeddings=not separate,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function=activation,
+        max_position_embeddings=128,
+        scale_embedding=True,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        init_std=0.2,  # larger than training's 0.02: outputs that are not all one piece
+    )
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():  # a bias that matters, as a trained model's may, and ends in </s>
+        model.final_logits_bias.normal_(0, 0.5)
+        model.final_logits_bias[0, 0] += 2.0
+    out = folder / "opus-mt-xx-yy"
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def generate(folder: Path, lines: list[str], beams: int) -> list[str]:
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    model = transformers.MarianMTModel.from_pretrained(folder).eval()
+    out = []
+    for line in lines:  # one at a time: no padding in the reference
+        batch = tokenizer([line], return_tensors="pt")
+        with torch.inference_mode():
+            ids = model.generate(
+                **batch,
+                num_beams=beams,
+                do_sample=False,
+                max_new_tokens=MAX_NEW,
+                min_new_tokens=1,  # nmt's min_len = 1: no empty translation
+                length_penalty=1.0,
+                early_stopping=True,  # done when `beams` hypotheses have ended, as nmt's search
+                bad_words_ids=[[model.config.pad_token_id]],  # OPUS-MT's configs forbid <pad>
+                forced_eos_token_id=None,
+            )
+        out.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    return out
+
+
+@pytest.mark.parametrize(
+    "activation, separate", [("swish", False), ("gelu", True)], ids=["swish-shared", "gelu-separate"]
+)
+def test_marian_output_is_transformers(activation: str, separate: bool, tmp_path: Path) -> None:
+    folder = marian_dir(tmp_path, activation, separate, seed=5 if separate else 3)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    ckpt = checkpoint.load(imported)
+    assert ckpt.languages == ("xx", "yy") and ckpt.kind == "import"
+    lines = sentences(100, seed=9)
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}  # b pieces, then a forced </s>
+    greedy = translator.translate(lines, beam=1, **limits)
+    assert greedy == generate(folder, lines, beams=1)
+    beam = translator.translate(lines, beam=4, lenpen=1.0, lenpen_style="fairseq", **limits)
+    theirs = generate(folder, lines, beams=4)
+    assert sum(a == b for a, b in zip(beam, theirs, strict=True)) >= 95
+
+
+def test_a_marian_directory_without_its_vocabulary_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    (folder / "vocab.json").unlink()
+    capsys.readouterr()  # transformers' progress bars while saving
+    assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
+    assert "vocab.json" in one_line_error(capsys)
+    assert not (tmp_path / "out.pt").exists()
