@@ -419,3 +419,33 @@ def test_a_request_whose_client_went_away_is_not_decoded(server: Server) -> None
     after = server.stats()
     assert after["cancelled"] == before["cancelled"] + 1 and after["batches"] == before["batches"]
     assert server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_workers_killed_mid_request_fail_it_with_503_and_sigterm_still_exits(trained: TrainedRun) -> None:
+    with running_server(trained.checkpoint, "--workers", 2, "--max-lines", 3000, "--max-queue", 3000) as server:
+        workers = children(server.process.pid)
+        before = {pid: cpu_ticks(pid) for pid in workers}
+        answers: list[httpx.Response] = []
+        busy = threading.Thread(
+            target=lambda: answers.append(server.post({"text": sentences(3000, seed=4), "beam": 16}))
+        )
+        busy.start()
+        deadline = time.monotonic() + 60
+        while all(cpu_ticks(pid) - before[pid] < 20 for pid in workers):  # 0.2 s of decoding
+            assert time.monotonic() < deadline and busy.is_alive(), "the workers never got busy"
+            time.sleep(0.02)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        busy.join(60)
+        assert not busy.is_alive()
+        assert answers[0].status_code == 503, answers[0].text
+        assert "worker" in answers[0].json()["error"]
+        assert server.post({"text": ["stone cloud"]}).json() == {"translations": ["stone cloud"]}
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
