@@ -428,7 +428,8 @@ def cpu_ticks(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
 def test_workers_killed_mid_request_fail_it_with_503_and_sigterm_still_exits(trained: TrainedRun) -> None:
-    with running_server(trained.checkpoint, "--workers", 2, "--max-lines", 3000, "--max-queue", 3000) as server:
+    limits = ("--max-lines", 3000, "--max-queue", 3000)
+    with running_server(trained.checkpoint, "--workers", 2, *limits) as server:
         workers = children(server.process.pid)
         before = {pid: cpu_ticks(pid) for pid in workers}
         answers: list[httpx.Response] = []
