@@ -47,7 +47,7 @@ class Checkpoint:
     """The resolved run config, as `recipe.to_dict` writes it."""
     model: dict[str, torch.Tensor]
     spm: dict[str, bytes]
-    """Serialized sentencepiece models, "src" and "tgt"."""
+    """Serialized sentencepiece models, "src" and "tgt" (empty when `tokenizers` are given)."""
     languages: tuple[str, str] | None = None
     """(source, target) of the corpus it was trained on; None in checkpoints written before
     checkpoints recorded them."""
@@ -58,6 +58,9 @@ class Checkpoint:
     """For an average: the path and update of each source."""
     imported_from: dict[str, Any] | None = None
     """For a model `nmt import` read from another toolkit: the toolkit and the source path."""
+    tokenizers: dict[str, dict[str, Any]] | None = None
+    """"src" and "tgt" tokenizers (`data.tokenizer.description`) of an imported model whose pieces
+    are not a sentencepiece model's; `spm` is then empty."""
 
     @property
     def update(self) -> int:
@@ -85,6 +88,8 @@ class Checkpoint:
             payload["averaged_from"] = self.averaged_from
         if self.imported_from is not None:
             payload["imported_from"] = self.imported_from
+        if self.tokenizers is not None:
+            payload["tokenizers"] = self.tokenizers
         if self.languages is not None:
             payload["languages"] = list(self.languages)
         return payload
@@ -102,7 +107,10 @@ class Checkpoint:
                 f"{FORMAT_VERSION}; use the nmt release that wrote it"
             )
         spm = payload.get("spm")
-        if not isinstance(spm, dict) or not all(isinstance(spm.get(side), bytes) for side in ("src", "tgt")):
+        tokenized = isinstance(payload.get("tokenizers"), dict)  # no sentencepiece models then
+        if not isinstance(spm, dict) or not (
+            tokenized or all(isinstance(spm.get(side), bytes) for side in ("src", "tgt"))
+        ):
             raise InputError(f"checkpoint {path}: no sentencepiece models inside{NOT_OURS}")
         languages = payload.get("languages")
         if languages is not None and not (
@@ -121,6 +129,7 @@ class Checkpoint:
             train_state=state,
             averaged_from=payload.get("averaged_from"),
             imported_from=payload.get("imported_from"),
+            tokenizers=payload.get("tokenizers"),
             languages=(languages[0], languages[1]) if languages is not None else None,
         )
 

@@ -64,6 +64,11 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     reason = unsupported(cfg)
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
+    if ckpt.tokenizers is not None:
+        raise InputError(
+            f"{model}: tokenized with Moses and subword-nmt BPE (an imported fairseq model); nmt exports "
+            "models with sentencepiece vocabularies only"
+        )
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
     net = Transformer(cfg)
     net.load_state_dict(ckpt.model)

@@ -34,6 +34,7 @@ def run(source: str, output: Path, quiet: bool) -> None:
         spm=imported.spm,
         languages=imported.languages,
         imported_from=imported.origin,
+        tokenizers=imported.tokenizers,
     )
     checkpoint.save(ckpt, output, "--output")
     cfg = imported.model

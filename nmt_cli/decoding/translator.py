@@ -29,8 +29,8 @@ from torch import nn
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
-from nmt_cli.data import spm
 from nmt_cli.data.text import one_line
+from nmt_cli.data.tokenizer import MosesBpe, processors
 from nmt_cli.decoding import int8
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
@@ -81,8 +81,9 @@ class Translator:
     ensemble: Ensemble
     decode: DecodeConfig
     """The recipe's [decode] settings with the load-time overrides applied."""
-    src_spm: SentencePieceProcessor
-    tgt_spm: SentencePieceProcessor
+    src_spm: SentencePieceProcessor | MosesBpe
+    """Source text -> ids: the sentencepiece model, or an imported model's Moses + BPE."""
+    tgt_spm: SentencePieceProcessor | MosesBpe
     device: torch.device
     precision: str
     languages: tuple[str, str] | None = None
@@ -250,13 +251,13 @@ def load_translator(
     check_precision(precision, device, PRECISIONS)
     if precision == "int8" and device.type != "cpu":
         raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, cfg, direction = [], None, None, None
+    models, spm_models, tokenizers, cfg, direction = [], None, None, None, None
     for path in paths:
         ckpt = checkpoint.load(path)
         run_cfg = ckpt.run_config(path)
         if spm_models is None:
-            spm_models, cfg = ckpt.spm, run_cfg
-        elif ckpt.spm != spm_models:
+            spm_models, tokenizers, cfg = ckpt.spm, ckpt.tokenizers, run_cfg
+        elif ckpt.spm != spm_models or ckpt.tokenizers != tokenizers:
             raise InputError(
                 f"cannot ensemble {paths[0]} and {path}: they were trained with different "
                 "sentencepiece models"
@@ -269,8 +270,7 @@ def load_translator(
     return Translator(
         Ensemble(models),
         overrides.apply(cfg.decode),
-        spm.load_processor(spm_models["src"]),
-        spm.load_processor(spm_models["tgt"]),
+        *processors(spm_models, tokenizers),
         device,
         precision,
         direction[1] if direction else None,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
 from nmt_cli.importing.layers import norm, stacks
@@ -27,6 +28,7 @@ from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 SPECIALS = {"<s>": "<s>", "<pad>": "<pad>", "</s>": "</s>", "<unk>": "<unk>"}
 SPM_NAMES = ("spm.model", "sentencepiece.bpe.model", "sentencepiece.model")
+BPE_NAMES = ("bpecodes", "code")
 
 
 def looks_like(source: Path) -> bool:
@@ -46,19 +48,29 @@ def read(source: Path) -> Imported:
         raise InputError(f"{path}: the checkpoint names no source and target language")
     src_dict = _dictionary(folder / f"dict.{languages[0]}.txt")
     tgt_dict = _dictionary(folder / f"dict.{languages[1]}.txt")
-    spm_bytes = _sentencepiece(folder, path)
-    src, tgt = renumber(src_dict, SPECIALS, [spm_bytes]), renumber(tgt_dict, SPECIALS, [spm_bytes])
+    spm_bytes, codes = _tokenization(folder, path)
+    if codes is None:
+        src, tgt = renumber(src_dict, SPECIALS, [spm_bytes]), renumber(tgt_dict, SPECIALS, [spm_bytes])
+        what = f"{folder} sentencepiece model"
+        spm = {
+            "src": renumbered_model(spm_bytes, src.pieces, what),
+            "tgt": renumbered_model(spm_bytes, tgt.pieces, what),
+        }
+        tokenizers = None
+    else:  # Moses and subword-nmt: the pieces are the dictionary's, the rest reads as <unk>
+        src, tgt = renumber(src_dict, SPECIALS, []), renumber(tgt_dict, SPECIALS, [])
+        spm = {}
+        tokenizers = {
+            "src": tokenizer.description(src.pieces, codes, languages[0]),
+            "tgt": tokenizer.description(tgt.pieces, codes, languages[1]),
+        }
     cfg = _config(args, path, len(src.pieces), len(tgt.pieces), src_dict == tgt_dict)
     cfg.output_bias = bool(tgt.never)
     weights = _weights(state["model"], cfg, src, tgt, path)
-    spm = {
-        "src": renumbered_model(spm_bytes, src.pieces, f"{folder} sentencepiece model"),
-        "tgt": renumbered_model(spm_bytes, tgt.pieces, f"{folder} sentencepiece model"),
-    }
     # fairseq-interactive's defaults: beam 5, score / |Y|^1 with |Y| counting </s>, 200 tokens.
     decode = DecodeConfig(beam=5, lenpen=1.0, lenpen_style="fairseq", max_len_a=0.0, max_len_b=200, min_len=1)
     origin = {"toolkit": "fairseq", "path": str(path.resolve()), "arch": str(args.get("arch", ""))}
-    return Imported(cfg, weights, spm, languages, decode, origin)
+    return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
 
 
 def _checkpoint_file(source: Path) -> Path:
@@ -118,17 +130,21 @@ def _dictionary(path: Path) -> list[str]:
     return pieces
 
 
-def _sentencepiece(folder: Path, path: Path) -> bytes:
+def _tokenization(folder: Path, path: Path) -> tuple[bytes, str | None]:
+    """The sentencepiece model beside the checkpoint, or else the subword-nmt BPE codes (the WMT
+    models of "Scaling NMT", tokenized with Moses first): (spm bytes, None) or (b"", codes)."""
     for name in SPM_NAMES:
         if (folder / name).is_file():
-            return (folder / name).read_bytes()
-    if (folder / "bpecodes").is_file() or (folder / "code").is_file():
-        raise InputError(
-            f"{folder}: a Moses + subword-nmt BPE model (bpecodes); nmt imports fairseq models "
-            "tokenized with sentencepiece only"
-        )
+            return (folder / name).read_bytes(), None
+    for name in BPE_NAMES:
+        if (folder / name).is_file():
+            try:
+                return b"", (folder / name).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise InputError(f"{folder / name}: cannot read the BPE codes ({err})") from None
     raise InputError(
-        f"{folder}: no sentencepiece model beside {path.name} (looked for {', '.join(SPM_NAMES)})"
+        f"{folder}: no sentencepiece model ({', '.join(SPM_NAMES)}) or subword-nmt BPE codes "
+        f"({', '.join(BPE_NAMES)}) beside {path.name}"
     )
 
 

@@ -23,3 +23,6 @@ class Imported:
     """The toolkit's own decoding defaults, so that `nmt translate` without options decodes as it does."""
     origin: dict[str, Any] = field(default_factory=dict)
     """Where the model came from, recorded in the checkpoint."""
+    tokenizers: dict[str, dict[str, Any]] | None = None
+    """For models not tokenized by sentencepiece (`data.tokenizer.description`, "src" and "tgt");
+    `spm` is then empty."""

@@ -17,7 +17,9 @@ from nmt_cli.data.batching import collate
 from nmt_cli.model import Transformer
 from nmt_cli.training.loss import label_smoothed_nll
 
-FAIRSEQ = Path(__file__).resolve().parents[1] / "fixtures" / "fairseq-multi30k-tiny"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FAIRSEQ = FIXTURES / "fairseq-multi30k-tiny"
+MOSES = FIXTURES / "fairseq-moses-tiny"
 
 
 def lines(path: Path) -> list[str]:
@@ -130,17 +132,32 @@ def test_an_import_fine_tunes_from_its_own_loss(imported: Path, tmp_path: Path) 
     assert logged["nll_loss"] < 1.5 and logged["loss"] < logged["nll_loss"] + 1.5
 
 
-def test_moses_and_subword_nmt_models_are_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.fixture(scope="module")
+def moses(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fairseq model tokenized with Moses and subword-nmt BPE, as the WMT models are."""
+    out = tmp_path_factory.mktemp("import") / "moses.pt"
+    assert nmt("-q", "import", MOSES / "checkpoint.pt", "-o", out) == 0
+    return out
+
+
+@pytest.mark.parametrize("beam, share", [(1, 1.0), (4, 0.98)])
+def test_a_moses_bpe_fairseq_model_translates_as_fairseq(moses: Path, beam: int, share: float) -> None:
+    translator = Translator.load(moses, device="cpu", precision="fp32", threads=1)
+    ours = translator.translate(lines(MOSES / "input.en"), beam=beam)
+    assert agreement(ours, lines(MOSES / f"fairseq.beam{beam}.de")) >= share
+
+
+def test_a_moses_bpe_model_is_refused_where_sentencepiece_is_needed(
+    moses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = tmp_path / "wmt14"
-    folder.mkdir()
-    for name in ("checkpoint.pt", "dict.en.txt", "dict.de.txt"):
-        shutil.copy(FAIRSEQ / name, folder / name)
-    (folder / "bpecodes").write_text("t h\n", encoding="utf-8")
-    assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
-    assert "subword-nmt" in one_line_error(capsys)
-    assert not (tmp_path / "out.pt").exists()
+    assert nmt("export", "-m", moses, "-o", tmp_path / "ct2") == 2
+    assert "Moses" in one_line_error(capsys)
+    assert not (tmp_path / "ct2").exists()
+    (tmp_path / "t.en").write_text("a\n", encoding="utf-8")
+    (tmp_path / "t.de").write_text("b\n", encoding="utf-8")
+    prepare = ["prepare", "--train", tmp_path / "t", "--valid", tmp_path / "t", "--src", "en", "--tgt", "de"]
+    assert nmt(*prepare, "--out", tmp_path / "data", "--spm-from", moses) == 2
+    assert "Moses" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("what", ["empty directory", "not a checkpoint"])
