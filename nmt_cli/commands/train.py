@@ -102,10 +102,13 @@ def open_session(
     spm_models = spm.read_models(data, meta)
     # Before the config: a vocabulary of another size would otherwise be reported as a model field.
     _check_vocabulary(data, meta, spm_models, out, resume, init, start)
+    # One id table on both sides also when the two sentencepiece models differ (an imported
+    # Marian model reads and writes through two models with one vocabulary): the embeddings are one.
+    joint = meta.joint or spm.same_pieces(*spm_models)
     if init is not None and start is not None:
-        cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True)
+        cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True, joint=joint)
     else:
-        cfg = resolve_config(recipe, overrides, meta, resume, out / LAST)
+        cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
@@ -259,6 +262,7 @@ def resolve_config(
     base: checkpoint.Checkpoint | None = None,
     base_path: Path | None = None,
     fine_tune: bool = False,
+    joint: bool | None = None,
 ) -> RunConfig:
     """The run's config: the recipe (or, without one, the config of `base`: the run's last
     checkpoint, or the --init-from one when `fine_tune`) plus --set overrides, with the vocabulary
@@ -273,7 +277,7 @@ def resolve_config(
         cfg = load_recipe(recipe, overrides)
     cfg.model.src_vocab_size = int(meta.vocab_size["src"])
     cfg.model.tgt_vocab_size = int(meta.vocab_size["tgt"])
-    cfg.model.joint_vocab = bool(meta.joint)
+    cfg.model.joint_vocab = bool(meta.joint) if joint is None else joint
     if base is None:
         return cfg
     # A key the checkpoint lacks came later, with a default that keeps the older behaviour.

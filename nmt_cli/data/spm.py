@@ -116,6 +116,17 @@ def load_processor(model_bytes: bytes) -> sentencepiece.SentencePieceProcessor:
     return processor
 
 
+def same_pieces(a: bytes, b: bytes) -> bool:
+    """Whether two models have the same pieces under the same ids."""
+    if a == b:
+        return True
+    first, second = load_processor(a), load_processor(b)
+    size = first.get_piece_size()
+    return size == second.get_piece_size() and all(
+        first.id_to_piece(i) == second.id_to_piece(i) for i in range(size)
+    )
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

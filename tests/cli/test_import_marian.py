@@ -152,3 +152,48 @@ def test_a_marian_directory_without_its_vocabulary_is_refused_in_one_line(
     assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
     assert "vocab.json" in one_line_error(capsys)
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_an_imported_marian_model_fine_tunes_and_exports_to_ctranslate2(tmp_path: Path) -> None:
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+
+    # Fine-tuning: the corpus prepared with its two sentencepiece models keeps their one table.
+    text = tmp_path / "text"
+    text.mkdir()
+    for lang, rows in (("xx", sentences(120, seed=1)), ("yy", [s.upper() for s in sentences(120, seed=2)])):
+        (text / f"train.{lang}").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    data, run = tmp_path / "data", tmp_path / "run"
+    prepare = [
+        "-q",
+        "prepare",
+        "--train",
+        text / "train",
+        "--valid",
+        text / "train",
+        "--src",
+        "xx",
+        "--tgt",
+        "yy",
+    ]
+    assert nmt(*prepare, "--out", data, "--spm-from", imported) == 0
+    budget = ["--set", "train.max_updates=2", "--set", "train.max_minutes=0", "--set", "train.precision=fp32"]
+    assert nmt("-q", "train", "--data", data, "--out", run, "--init-from", imported, *budget) == 0
+    assert (run / "checkpoints" / "checkpoint_last.pt").is_file()
+
+    # Export: CTranslate2 starts from <pad> and adds the output bias as nmt does.
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", imported, "-o", out) == 0
+    source = sentencepiece.SentencePieceProcessor(model_file=str(out / "src.spm.model"))
+    target = sentencepiece.SentencePieceProcessor(model_file=str(out / "tgt.spm.model"))
+    lines = sentences(60, seed=9)
+    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+        [source.encode(line, out_type=str) for line in lines], beam_size=1, max_decoding_length=MAX_NEW
+    )
+    theirs = [target.decode(r.hypotheses[0]) for r in results]
+    ours = Translator.load(imported, device="cpu", precision="fp32", threads=1).translate(
+        lines, beam=1, max_len_a=0.0, max_len_b=MAX_NEW
+    )
+    assert theirs == ours
