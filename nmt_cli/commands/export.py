@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt_cli import checkpoint
-from nmt_cli.data import spm
+from nmt_cli.data import spm, tokenizer
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec, unsupported
@@ -64,7 +64,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     reason = unsupported(cfg)
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
-    if ckpt.tokenizers is not None:
+    if tokenizer.is_moses(ckpt.tokenizers):
         raise InputError(
             f"{model}: tokenized with Moses and subword-nmt BPE (an imported fairseq model); nmt exports "
             "models with sentencepiece vocabularies only"

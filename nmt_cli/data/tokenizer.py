@@ -1,15 +1,20 @@
-"""Text <-> ids for models whose pieces are not a sentencepiece model's: Moses tokenization with
-subword-nmt BPE, as fairseq's WMT models use (`nmt import`). Both steps are sacremoses' and
-subword-nmt's own code, with fairseq's settings: Moses escaping and aggressive dash splits, and
-BPE pieces joined by "@@ ".
+"""Text <-> ids for imported models that do not read text through a plain sentencepiece model
+(`nmt import`):
 
-A `MosesBpe` has the methods of sentencepiece's processor that decoding uses (`encode`,
-`decode`, `id_to_piece`, `piece_to_id`, `get_piece_size`), so translation takes either.
+- `MosesBpe`: Moses tokenization with subword-nmt BPE, as fairseq's WMT models use. Both steps
+  are sacremoses' and subword-nmt's own code, with fairseq's settings: Moses escaping and
+  aggressive dash splits, and BPE pieces joined by "@@ ".
+- `LanguageCodes`: sentencepiece, after Marian's rule for multilingual models: a leading
+  `>>xx<<` (the target language) is one piece of its own, not sentencepiece's.
+
+Both have the methods of sentencepiece's processor that decoding uses (`encode`, `decode`,
+`id_to_piece`, `piece_to_id`, `get_piece_size`), so translation takes any of the three.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from nmt_cli.config import UNK_ID
@@ -17,6 +22,7 @@ from nmt_cli.data import spm
 from nmt_cli.errors import InputError
 
 KIND = "moses-subword-nmt"
+LANGUAGE_CODES = "sentencepiece-language-codes"
 SEPARATOR = "@@"
 
 
@@ -29,9 +35,48 @@ def description(pieces: list[str], codes: str, language: str) -> dict[str, Any]:
 def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any]] | None) -> tuple[Any, Any]:
     """The (source, target) text <-> ids converters of a checkpoint: its sentencepiece models, or
     the tokenizers an imported model came with."""
-    if tokenizers is not None:
-        return MosesBpe(tokenizers["src"]), MosesBpe(tokenizers["tgt"])
-    return spm.load_processor(spm_models["src"]), spm.load_processor(spm_models["tgt"])
+    return tuple(_processor(side, spm_models, (tokenizers or {}).get(side)) for side in ("src", "tgt"))
+
+
+def is_moses(tokenizers: dict[str, dict[str, Any]] | None) -> bool:
+    """Whether a checkpoint reads text without sentencepiece models (which export and prepare need)."""
+    return any(spec.get("kind") == KIND for spec in (tokenizers or {}).values())
+
+
+def _processor(side: str, spm_models: dict[str, bytes], spec: dict[str, Any] | None) -> Any:
+    if spec is not None and spec.get("kind") == KIND:
+        return MosesBpe(spec)
+    processor = spm.load_processor(spm_models[side])
+    return LanguageCodes(processor) if spec is not None and spec.get("kind") == LANGUAGE_CODES else processor
+
+
+class LanguageCodes:
+    """A sentencepiece processor behind Marian's rule for target-language codes: a line that starts
+    with `>>xx<<` has that code as its first piece, and sentencepiece reads the rest."""
+
+    CODE = re.compile(r">>.+?<<")
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+
+    def encode(self, text: str) -> list[int]:
+        code = self.CODE.match(text)
+        if code is None:
+            return list(self.processor.encode(text))
+        rest = list(self.processor.encode(text[code.end() :]))
+        return [self.processor.piece_to_id(code.group(0))] + rest
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.processor.decode(ids))
+
+    def id_to_piece(self, i: int) -> str:
+        return str(self.processor.id_to_piece(i))
+
+    def piece_to_id(self, piece: str) -> int:
+        return int(self.processor.piece_to_id(piece))
+
+    def get_piece_size(self) -> int:
+        return int(self.processor.get_piece_size())
 
 
 class MosesBpe:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.data.tokenizer import LANGUAGE_CODES, LanguageCodes
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
 from nmt_cli.importing.layers import stacks
@@ -82,12 +83,15 @@ def read(folder: Path) -> Imported:
         min_len=1,
     )
     languages = _languages(folder, tokenizer)
+    # Multilingual models: a leading >>xx<< picks the target language, as MarianTokenizer reads it.
+    coded = any(LanguageCodes.CODE.fullmatch(piece) for piece in src_ids)
+    tokenizers = {"src": {"kind": LANGUAGE_CODES}} if coded else None
     origin = {
         "toolkit": "marian",
         "path": str(folder.resolve()),
         "name": str(config.get("_name_or_path", "")),
     }
-    return Imported(cfg, weights, spm, languages, decode, origin)
+    return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def spm_model(lines: list[str], vocab_size: int) -> bytes:
     return out.getvalue()
 
 
-def marian_dir(folder: Path, activation: str, separate: bool, seed: int) -> Path:
+def marian_dir(folder: Path, activation: str, separate: bool, seed: int, codes: tuple[str, ...] = ()) -> Path:
     """A random MarianMTModel with its tokenizer files, saved as OPUS-MT's models are."""
     torch.manual_seed(seed)
     source_lines, target_lines = sentences(400, seed=seed), sentences(400, seed=seed + 1, max_words=8)
@@ -59,7 +59,7 @@ def marian_dir(folder: Path, activation: str, separate: bool, seed: int) -> Path
         tgt_vocab = {p: i for i, p in enumerate([*specials, "<pad>", *tgt_pieces])}
         pad = 2
     else:  # OPUS-MT: one table, <pad> last
-        joint = list(dict.fromkeys([*specials, *src_pieces, *tgt_pieces]))
+        joint = list(dict.fromkeys([*specials, *src_pieces, *tgt_pieces, *codes]))
         src_vocab = tgt_vocab = {p: i for i, p in enumerate([*joint, "<pad>"])}
         pad = len(joint)
     (work / "vocab.json").write_text(json.dumps(src_vocab), encoding="utf-8")
@@ -141,6 +141,22 @@ def test_marian_output_is_transformers(activation: str, separate: bool, tmp_path
     beam = translator.translate(lines, beam=4, lenpen=1.0, lenpen_style="fairseq", **limits)
     theirs = generate(folder, lines, beams=4)
     assert sum(a == b for a, b in zip(beam, theirs, strict=True)) >= 95
+
+
+def test_a_multilingual_models_language_codes_are_read_as_marian_reads_them(tmp_path: Path) -> None:
+    codes = (">>yy<<", ">>zz<<")
+    folder = marian_dir(tmp_path, "swish", False, seed=3, codes=codes)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    plain = sentences(60, seed=9)
+    lines = [f"{codes[i % 2]} {line}" for i, line in enumerate(plain)] + [">>zz<<apple", "apple >>yy<< river"]
+    for line in lines:  # the same pieces as MarianTokenizer's, the code first and whole
+        theirs = tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"])[:-1]  # without </s>
+        assert [translator.src_spm.id_to_piece(i) for i in translator.src_spm.encode(line)] == theirs
+    limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}
+    assert translator.translate(lines, beam=1, **limits) == generate(folder, lines, beams=1)
 
 
 def test_a_marian_directory_without_its_vocabulary_is_refused_in_one_line(
