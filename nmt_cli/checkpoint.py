@@ -47,7 +47,8 @@ class Checkpoint:
     """The resolved run config, as `recipe.to_dict` writes it."""
     model: dict[str, torch.Tensor]
     spm: dict[str, bytes]
-    """Serialized sentencepiece models, "src" and "tgt" (empty when `tokenizers` are given)."""
+    """Serialized sentencepiece models, "src" and "tgt" (or an imported model's Moses + BPE,
+    `data.tokenizer.serialized`)."""
     languages: tuple[str, str] | None = None
     """(source, target) of the corpus it was trained on; None in checkpoints written before
     checkpoints recorded them."""
@@ -59,8 +60,8 @@ class Checkpoint:
     imported_from: dict[str, Any] | None = None
     """For a model `nmt import` read from another toolkit: the toolkit and the source path."""
     tokenizers: dict[str, dict[str, Any]] | None = None
-    """"src" and "tgt" tokenizers (`data.tokenizer.description`) of an imported model whose pieces
-    are not a sentencepiece model's; `spm` is then empty."""
+    """How an imported model reads text besides its sentencepiece models, by side ("src"): Marian's
+    language codes (`data.tokenizer.LANGUAGE_CODES`)."""
 
     @property
     def update(self) -> int:
@@ -107,10 +108,7 @@ class Checkpoint:
                 f"{FORMAT_VERSION}; use the nmt release that wrote it"
             )
         spm = payload.get("spm")
-        tokenized = isinstance(payload.get("tokenizers"), dict)  # no sentencepiece models then
-        if not isinstance(spm, dict) or not (
-            tokenized or all(isinstance(spm.get(side), bytes) for side in ("src", "tgt"))
-        ):
+        if not isinstance(spm, dict) or not all(isinstance(spm.get(side), bytes) for side in ("src", "tgt")):
             raise InputError(f"checkpoint {path}: no sentencepiece models inside{NOT_OURS}")
         languages = payload.get("languages")
         if languages is not None and not (

@@ -64,11 +64,6 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     reason = unsupported(cfg)
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
-    if tokenizer.is_moses(ckpt.tokenizers):
-        raise InputError(
-            f"{model}: tokenized with Moses and subword-nmt BPE (an imported fairseq model); nmt exports "
-            "models with sentencepiece vocabularies only"
-        )
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
     net = Transformer(cfg)
     net.load_state_dict(ckpt.model)
@@ -80,7 +75,9 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     try:
         staging = holder / "export"
         write_model(spec, staging, quantization)
-        if src_spm == tgt_spm:
+        if tokenizer.is_serialized(src_spm):  # Moses + BPE: the codes, for the user's own tokenizer
+            (staging / "bpecodes").write_text(tokenizer.deserialized(src_spm).codes, encoding="utf-8")
+        elif src_spm == tgt_spm:
             (staging / "spm.model").write_bytes(src_spm)
         else:
             (staging / "src.spm.model").write_bytes(src_spm)

@@ -181,12 +181,12 @@ def _check_vocabulary(
             f"{data} is {'-'.join(languages)}; resume with the data the run was trained on, or use a "
             "new --out"
         )
-    if resume is not None and (resume.spm.get("src"), resume.spm.get("tgt")) != spm_models:
+    if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != spm_models:
         raise InputError(
             f"cannot resume {out / LAST}: --data {data} was prepared with another sentencepiece model, so "
             "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
         )
-    if init is None or start is None or (init.spm.get("src"), init.spm.get("tgt")) == spm_models:
+    if init is None or start is None or (init.spm["src"], init.spm["tgt"]) == spm_models:
         return
     if init.languages == languages[::-1]:  # separate vocabularies, swapped by --spm-from
         raise InputError(

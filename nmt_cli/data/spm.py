@@ -110,7 +110,12 @@ def _training_error(message: str, vocab_size: int, what: str, sentences: int) ->
 
 
 def load_processor(model_bytes: bytes) -> sentencepiece.SentencePieceProcessor:
-    """A processor from a serialized model (as stored in a corpus or a checkpoint)."""
+    """A processor from a serialized model (as stored in a corpus or a checkpoint): sentencepiece's,
+    or an imported model's Moses + BPE (`tokenizer.serialized`), which has the same methods."""
+    from nmt_cli.data import tokenizer  # it builds on this module
+
+    if tokenizer.is_serialized(model_bytes):
+        return tokenizer.deserialized(model_bytes)  # type: ignore[return-value]
     processor = sentencepiece.SentencePieceProcessor()
     processor.LoadFromSerializedProto(model_bytes)
     return processor

@@ -3,7 +3,9 @@
 
 - `MosesBpe`: Moses tokenization with subword-nmt BPE, as fairseq's WMT models use. Both steps
   are sacremoses' and subword-nmt's own code, with fairseq's settings: Moses escaping and
-  aggressive dash splits, and BPE pieces joined by "@@ ".
+  aggressive dash splits, and BPE pieces joined by "@@ ". It travels as bytes where a
+  sentencepiece model would (`serialized`), and `spm.load_processor` reads either, so that
+  prepare, train, translate and export take it as they take sentencepiece.
 - `LanguageCodes`: sentencepiece, after Marian's rule for multilingual models: a leading
   `>>xx<<` (the target language) is one piece of its own, not sentencepiece's.
 
@@ -14,6 +16,7 @@ Both have the methods of sentencepiece's processor that decoding uses (`encode`,
 from __future__ import annotations
 
 import io
+import json
 import re
 from typing import Any
 
@@ -26,10 +29,26 @@ LANGUAGE_CODES = "sentencepiece-language-codes"
 SEPARATOR = "@@"
 
 
-def description(pieces: list[str], codes: str, language: str) -> dict[str, Any]:
-    """What a checkpoint stores to rebuild the tokenizer: pieces in id order, the BPE codes, and
-    the language whose Moses rules apply."""
-    return {"kind": KIND, "pieces": pieces, "codes": codes, "language": language}
+def serialized(pieces: list[str], codes: str, language: str) -> bytes:
+    """A Moses + BPE tokenizer as the bytes that stand where a sentencepiece model's would (in a
+    checkpoint, a prepared corpus): pieces in id order, the BPE codes, the language of the Moses
+    rules, as JSON. A serialized sentencepiece model never starts with "{"."""
+    spec = {"kind": KIND, "pieces": pieces, "codes": codes, "language": language}
+    return json.dumps(spec, ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+
+def is_serialized(model: bytes) -> bool:
+    return model[:1] == b"{"
+
+
+def deserialized(model: bytes) -> MosesBpe:
+    try:
+        spec = json.loads(model.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise InputError("a vocabulary model that is neither sentencepiece nor Moses + BPE") from None
+    if not isinstance(spec, dict) or spec.get("kind") != KIND:
+        raise InputError("a vocabulary model that is neither sentencepiece nor Moses + BPE")
+    return MosesBpe(spec)
 
 
 def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any]] | None) -> tuple[Any, Any]:
@@ -38,14 +57,7 @@ def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any
     return tuple(_processor(side, spm_models, (tokenizers or {}).get(side)) for side in ("src", "tgt"))
 
 
-def is_moses(tokenizers: dict[str, dict[str, Any]] | None) -> bool:
-    """Whether a checkpoint reads text without sentencepiece models (which export and prepare need)."""
-    return any(spec.get("kind") == KIND for spec in (tokenizers or {}).values())
-
-
 def _processor(side: str, spm_models: dict[str, bytes], spec: dict[str, Any] | None) -> Any:
-    if spec is not None and spec.get("kind") == KIND:
-        return MosesBpe(spec)
     processor = spm.load_processor(spm_models[side])
     return LanguageCodes(processor) if spec is not None and spec.get("kind") == LANGUAGE_CODES else processor
 
@@ -88,15 +100,23 @@ class MosesBpe:
             raise InputError(
                 'this model is tokenized with Moses and subword-nmt BPE: pip install "nmt-cli[import]"'
             ) from None
+        self.spec = spec
         self.pieces: list[str] = list(spec["pieces"])
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.tokenizer = MosesTokenizer(spec["language"])
         self.detokenizer = MosesDetokenizer(spec["language"])
         self.bpe = BPE(io.StringIO(spec["codes"]), separator=SEPARATOR)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str | list[str], num_threads: int = 1) -> Any:
+        """The ids of `text`, or of each line of a list (as sentencepiece's encode)."""
+        if isinstance(text, list):
+            return [self.encode(line) for line in text]
         words = self.tokenizer.tokenize(text, aggressive_dash_splits=True, return_str=True, escape=True)
         return [self.ids.get(piece, UNK_ID) for piece in self.bpe.process_line(words).split()]
+
+    @property
+    def codes(self) -> str:
+        return self.spec["codes"]
 
     def decode(self, ids: list[int]) -> str:
         text = " ".join(self.pieces[i] for i in ids)

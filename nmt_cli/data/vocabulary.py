@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from sentencepiece import SentencePieceProcessor
 
-from nmt_cli.data import corpus, spm, text, tokenizer
+from nmt_cli.data import corpus, spm, text
 from nmt_cli.errors import InputError
 from nmt_cli.report import Reporter
 
@@ -39,11 +39,6 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
         from nmt_cli import checkpoint  # imported on use: torch is slow to load
 
         ckpt = checkpoint.load(path)
-        if tokenizer.is_moses(ckpt.tokenizers):
-            raise InputError(
-                f"--spm-from {path}: tokenized with Moses and subword-nmt BPE (an imported fairseq "
-                "model), not sentencepiece; nmt prepares corpora with sentencepiece models only"
-            )
         models, languages = (ckpt.spm["src"], ckpt.spm["tgt"]), ckpt.languages
     if models[0] == models[1] or languages is None or languages == (src, tgt):
         return models

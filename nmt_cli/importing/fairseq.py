@@ -56,13 +56,11 @@ def read(source: Path) -> Imported:
             "src": renumbered_model(spm_bytes, src.pieces, what),
             "tgt": renumbered_model(spm_bytes, tgt.pieces, what),
         }
-        tokenizers = None
     else:  # Moses and subword-nmt: the pieces are the dictionary's, the rest reads as <unk>
         src, tgt = renumber(src_dict, SPECIALS, []), renumber(tgt_dict, SPECIALS, [])
-        spm = {}
-        tokenizers = {
-            "src": tokenizer.description(src.pieces, codes, languages[0]),
-            "tgt": tokenizer.description(tgt.pieces, codes, languages[1]),
+        spm = {
+            "src": tokenizer.serialized(src.pieces, codes, languages[0]),
+            "tgt": tokenizer.serialized(tgt.pieces, codes, languages[1]),
         }
     cfg = _config(args, path, len(src.pieces), len(tgt.pieces), src_dict == tgt_dict)
     cfg.output_bias = bool(tgt.never)
@@ -70,7 +68,7 @@ def read(source: Path) -> Imported:
     # fairseq-interactive's defaults: beam 5, score / |Y|^1 with |Y| counting </s>, 200 tokens.
     decode = DecodeConfig(beam=5, lenpen=1.0, lenpen_style="fairseq", max_len_a=0.0, max_len_b=200, min_len=1)
     origin = {"toolkit": "fairseq", "path": str(path.resolve()), "arch": str(args.get("arch", ""))}
-    return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
+    return Imported(cfg, weights, spm, languages, decode, origin)
 
 
 def _checkpoint_file(source: Path) -> Path:

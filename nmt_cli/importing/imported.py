@@ -24,5 +24,4 @@ class Imported:
     origin: dict[str, Any] = field(default_factory=dict)
     """Where the model came from, recorded in the checkpoint."""
     tokenizers: dict[str, dict[str, Any]] | None = None
-    """For models not tokenized by sentencepiece (`data.tokenizer.description`, "src" and "tgt");
-    `spm` is then empty."""
+    """How the model reads text besides `spm`, by side (Checkpoint.tokenizers)."""

@@ -147,17 +147,36 @@ def test_a_moses_bpe_fairseq_model_translates_as_fairseq(moses: Path, beam: int,
     assert agreement(ours, lines(MOSES / f"fairseq.beam{beam}.de")) >= share
 
 
-def test_a_moses_bpe_model_is_refused_where_sentencepiece_is_needed(
-    moses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert nmt("export", "-m", moses, "-o", tmp_path / "ct2") == 2
-    assert "Moses" in one_line_error(capsys)
-    assert not (tmp_path / "ct2").exists()
-    (tmp_path / "t.en").write_text("a\n", encoding="utf-8")
-    (tmp_path / "t.de").write_text("b\n", encoding="utf-8")
-    prepare = ["prepare", "--train", tmp_path / "t", "--valid", tmp_path / "t", "--src", "en", "--tgt", "de"]
-    assert nmt(*prepare, "--out", tmp_path / "data", "--spm-from", moses) == 2
-    assert "Moses" in one_line_error(capsys)
+def test_a_moses_bpe_model_exports_and_fine_tunes(moses: Path, tmp_path: Path) -> None:
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    translator = Translator.load(moses, device="cpu", precision="fp32", threads=1)
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", moses, "-o", out) == 0
+    assert (out / "bpecodes").read_text(encoding="utf-8") == (MOSES / "bpecodes").read_text(encoding="utf-8")
+    source = lines(MOSES / "input.en")[:60]
+    tokenized = [
+        [translator.src_spm.id_to_piece(i) for i in translator.src_spm.encode(line)] for line in source
+    ]
+    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+        tokenized, beam_size=1, max_decoding_length=200
+    )
+    tgt = translator.tgt_spm
+    theirs = [tgt.decode([tgt.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
+    assert theirs == translator.translate(source, beam=1)
+
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "train.en").write_text("\n".join(source) + "\n", encoding="utf-8")
+    (text / "train.de").write_text("\n".join(lines(MOSES / "fairseq.beam4.de")[:60]) + "\n", encoding="utf-8")
+    data, run = tmp_path / "data", tmp_path / "run"
+    prepare = ["-q", "prepare", "--train", text / "train", "--valid", text / "train"]
+    assert nmt(*prepare, "--src", "en", "--tgt", "de", "--out", data, "--spm-from", moses) == 0
+    budget = sets(
+        "train.max_updates=1", "train.max_minutes=0", "train.precision=fp32", "train.log_every_updates=1"
+    )
+    assert nmt("-q", "train", "--data", data, "--out", run, "--init-from", moses, *budget) == 0
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["type"] == "train" and record["nll_loss"] < 3.0  # fairseq's own outputs: likely
 
 
 @pytest.mark.parametrize("what", ["empty directory", "not a checkpoint"])
