@@ -61,7 +61,7 @@ def run(
     destination = output_target(output_path, "--output") if output_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = translator.settings(decode, nbest, batch_tokens, sampling)
-    source = input_path.open("rb") if input_path is not None else sys.stdin.buffer
+    source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
     translate = functools.partial(translator.translate_with, settings=settings)
@@ -191,6 +191,17 @@ def _translate_stream(
         out.flush()
         if flushed is not None:
             flushed(number)
+
+
+def _stdin() -> BinaryIO:
+    """Standard input as a stream of its own, over a duplicate descriptor. The thread that reads it
+    is still blocked in a read when a signal ends the command, holding the stream's lock; were that
+    sys.stdin, the interpreter's shutdown would wait for the lock and abort (SIGABRT instead of
+    130/143). Left open: closing it would wait for that lock too; the process ends soon after."""
+    try:
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    except (AttributeError, OSError, ValueError):  # not a real descriptor (tests, embedded use)
+        return sys.stdin.buffer
 
 
 def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str]]:
