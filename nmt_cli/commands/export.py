@@ -65,8 +65,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
-    net = Transformer(cfg)
-    net.load_state_dict(ckpt.model)
+    net = Transformer.holding(cfg, ckpt.model)
     spec = transformer_spec(net, (_pieces(src_spm, model), _pieces(tgt_spm, model)))
 
     # Built in a directory of our own beside the target, then renamed into place: the target is

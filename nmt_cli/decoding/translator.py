@@ -263,8 +263,7 @@ def load_translator(
                 "sentencepiece models"
             )
         direction = checkpoint.one_direction(direction, ckpt, path, "ensemble")
-        model = Transformer(run_cfg.model)
-        model.load_state_dict(ckpt.model)
+        model = Transformer.holding(run_cfg.model, ckpt.model)
         models.append(for_decoding(model.eval().to(device), precision))
     assert cfg is not None and spm_models is not None
     return Translator(

@@ -116,19 +116,34 @@ class Embedding(nn.Module):
         positions: str,
         dropout: float,
         scale: bool = True,
+        initialize: bool = True,
     ):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.dropout = dropout
         self.learned = learned = positions == "learned"
-        if learned:
+        if learned and initialize:
             self.positions = nn.Embedding(max_positions, d_model)
             nn.init.normal_(self.positions.weight, std=d_model**-0.5)
+        elif learned:  # weights to be loaded: no random draw
+            weight = torch.empty(max_positions, d_model)
+            self.positions = nn.Embedding(max_positions, d_model, _weight=weight)
         else:
-            # Not a parameter and not saved: checkpoints hold only what training changes.
-            table = sinusoidal_table(max_positions, d_model, positions)
+            # Not a parameter and not saved: checkpoints hold only what training changes. Left
+            # empty when not initializing: on the meta device the first arithmetic costs a second
+            # of set-up, and reset_table fills it once the model has memory.
+            shape = (max_positions, d_model)
+            table = sinusoidal_table(*shape, positions) if initialize else torch.empty(shape)
             self.register_buffer("table", table, persistent=False)
+        self.layout = positions
+
+    def reset_table(self) -> None:
+        """Compute the sinusoidal table, beside the token embeddings (a model built on the meta
+        device has none until then)."""
+        if not self.learned:
+            positions, width = self.table.shape
+            self.table = sinusoidal_table(positions, width, self.layout).to(self.tokens.weight.device)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids (B, T) at positions start..start+T-1 -> (B, T, d_model)."""

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from nmt_cli.model import Transformer
 from nmt_cli.model.layers import dropout
 
@@ -240,3 +240,36 @@ def test_cached_decoding_of_several_new_tokens_equals_full_recompute(variant, dt
     chunked = torch.cat(pieces, dim=1)
     atol = 1e-5 if dtype == "fp32" else 0.02 * full.abs().max().item()
     torch.testing.assert_close(chunked, full, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"positions": "learned", "share_embeddings": False, "joint_vocab": False},
+        {"positions": "sinusoidal-fairseq", "output_bias": True, "norm": "pre"},
+        {"positions": "sinusoidal-halves", "activation": "swish", "decoder_start": "pad"},
+    ],
+    ids=["paper", "learned-untied", "fairseq-prenorm", "marian"],
+)
+def test_a_model_holding_loaded_weights_is_the_model_that_loads_them(overrides: dict) -> None:
+    cfg = ModelConfig(
+        encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8,
+        src_vocab_size=50, tgt_vocab_size=50, max_positions=64, **overrides,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    weights = Transformer(cfg).state_dict()
+    built = Transformer(cfg)
+    built.load_state_dict(weights)
+    held = Transformer.holding(cfg, weights)
+    tensors = [*held.named_parameters(), *held.named_buffers()]
+    assert not [name for name, tensor in tensors if tensor.is_meta]
+    assert held.state_dict().keys() == built.state_dict().keys()
+    assert all(torch.equal(held.state_dict()[k], v) for k, v in built.state_dict().items())
+    assert (held.src_embed.tokens is held.tgt_embed.tokens) == (
+        built.src_embed.tokens is built.tgt_embed.tokens
+    )
+    src, tgt = torch.randint(4, 50, (3, 9)), torch.randint(4, 50, (3, 6))
+    built.eval(), held.eval()
+    with torch.inference_mode():
+        assert torch.equal(held(src, tgt), built(src, tgt))
