@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.table import Table
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -23,8 +25,15 @@ T = TypeVar("T")
 class Reporter:
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.bars_enabled = not quiet and sys.stderr.isatty()
+
+    @cached_property
+    def console(self) -> Console:
+        """rich's console, made on the first message: importing rich takes 0.1 s, which a command
+        that says nothing (--quiet) should not spend before its first line."""
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
 
     def progress(
         self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it"
@@ -53,6 +62,8 @@ class Reporter:
     def table(self, title: str, columns: list[str], rows: list[list[object]]) -> None:
         if self.quiet:
             return
+        from rich.table import Table
+
         table = Table(title=title, title_justify="left")
         for i, column in enumerate(columns):
             table.add_column(column, justify="left" if i == 0 else "right")
