@@ -16,12 +16,13 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import sentencepiece
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError, NmtError, RunFailure
 
 if TYPE_CHECKING:
@@ -112,8 +113,6 @@ def _training_error(message: str, vocab_size: int, what: str, sentences: int) ->
 def load_processor(model_bytes: bytes) -> sentencepiece.SentencePieceProcessor:
     """A processor from a serialized model (as stored in a corpus or a checkpoint): sentencepiece's,
     or an imported model's Moses + BPE (`tokenizer.serialized`), which has the same methods."""
-    from nmt_cli.data import tokenizer  # it builds on this module
-
     if tokenizer.is_serialized(model_bytes):
         return tokenizer.deserialized(model_bytes)  # type: ignore[return-value]
     processor = sentencepiece.SentencePieceProcessor()
@@ -129,6 +128,21 @@ def same_pieces(a: bytes, b: bytes) -> bool:
     size = first.get_piece_size()
     return size == second.get_piece_size() and all(
         first.id_to_piece(i) == second.id_to_piece(i) for i in range(size)
+    )
+
+
+def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any]] | None) -> tuple[Any, Any]:
+    """The (source, target) text <-> ids converters of a checkpoint: its sentencepiece models, or
+    the tokenizers an imported model came with."""
+    return tuple(_processor(side, spm_models, (tokenizers or {}).get(side)) for side in ("src", "tgt"))
+
+
+def _processor(side: str, spm_models: dict[str, bytes], spec: dict[str, Any] | None) -> Any:
+    processor = load_processor(spm_models[side])
+    return (
+        tokenizer.LanguageCodes(processor)
+        if spec is not None and spec.get("kind") == tokenizer.LANGUAGE_CODES
+        else processor
     )
 
 

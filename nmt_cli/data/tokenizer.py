@@ -21,7 +21,6 @@ import re
 from typing import Any
 
 from nmt_cli.config import UNK_ID
-from nmt_cli.data import spm
 from nmt_cli.errors import InputError
 
 KIND = "moses-subword-nmt"
@@ -49,17 +48,6 @@ def deserialized(model: bytes) -> MosesBpe:
     if not isinstance(spec, dict) or spec.get("kind") != KIND:
         raise InputError("a vocabulary model that is neither sentencepiece nor Moses + BPE")
     return MosesBpe(spec)
-
-
-def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any]] | None) -> tuple[Any, Any]:
-    """The (source, target) text <-> ids converters of a checkpoint: its sentencepiece models, or
-    the tokenizers an imported model came with."""
-    return tuple(_processor(side, spm_models, (tokenizers or {}).get(side)) for side in ("src", "tgt"))
-
-
-def _processor(side: str, spm_models: dict[str, bytes], spec: dict[str, Any] | None) -> Any:
-    processor = spm.load_processor(spm_models[side])
-    return LanguageCodes(processor) if spec is not None and spec.get("kind") == LANGUAGE_CODES else processor
 
 
 class LanguageCodes:

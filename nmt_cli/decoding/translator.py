@@ -29,8 +29,9 @@ from torch import nn
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
+from nmt_cli.data.spm import processors
 from nmt_cli.data.text import one_line
-from nmt_cli.data.tokenizer import MosesBpe, processors
+from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding import int8
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
