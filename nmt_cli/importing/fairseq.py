@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.config import ACTIVATIONS, DecodeConfig, ModelConfig
 from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
@@ -177,8 +177,8 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
     learned = bool(arg("encoder_learned_pos", False))
     if bool(arg("decoder_learned_pos", False)) != learned:
         raise InputError(f"{path}: only one side has learned positions; nmt has one model.positions")
-    activation = {"relu": "relu", "gelu": "gelu", "swish": "swish"}.get(str(arg("activation_fn", "relu")))
-    if activation is None:
+    activation = str(arg("activation_fn", "relu"))
+    if activation not in ACTIVATIONS:
         raise InputError(f"{path}: activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
     share_all = bool(arg("share_all_embeddings", False))
     shared_out = share_all or bool(arg("share_decoder_input_output_embed", False))

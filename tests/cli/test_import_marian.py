@@ -95,7 +95,7 @@ def marian_dir(folder: Path, activation: str, separate: bool, seed: int, codes: 
     model = transformers.MarianMTModel(config)
     with torch.no_grad():  # a bias that matters, as a trained model's may, and ends in </s>
         model.final_logits_bias.normal_(0, 0.5)
-        model.final_logits_bias[0, 0] += 2.0
+        model.final_logits_bias[0, 0] += 3.0
     out = folder / "opus-mt-xx-yy"
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
