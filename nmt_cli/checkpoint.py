@@ -62,6 +62,8 @@ class Checkpoint:
     tokenizers: dict[str, dict[str, Any]] | None = None
     """How an imported model reads text besides its sentencepiece models, by side ("src"): Marian's
     language codes (`data.tokenizer.LANGUAGE_CODES`)."""
+    shortlist: dict[str, torch.Tensor] | None = None
+    """A vocabulary shortlist learned by `nmt shortlist` (`data.shortlist.Shortlist.to_dict`)."""
 
     @property
     def update(self) -> int:
@@ -93,6 +95,8 @@ class Checkpoint:
             payload["tokenizers"] = self.tokenizers
         if self.languages is not None:
             payload["languages"] = list(self.languages)
+        if self.shortlist is not None:
+            payload["shortlist"] = self.shortlist
         return payload
 
     @classmethod
@@ -115,6 +119,12 @@ class Checkpoint:
             isinstance(languages, list) and len(languages) == 2 and all(isinstance(x, str) for x in languages)
         ):
             raise InputError(f"checkpoint {path}: its languages are not a (source, target) pair{NOT_OURS}")
+        shortlist = payload.get("shortlist")
+        if shortlist is not None and not (
+            isinstance(shortlist, dict)
+            and all(isinstance(shortlist.get(key), torch.Tensor) for key in ("candidates", "frequent"))
+        ):
+            raise InputError(f"checkpoint {path}: its shortlist is not one nmt wrote{NOT_OURS}")
         state = None
         if all(key in payload for key in ("optimizer", "scaler", "rng")):
             state = TrainState(payload["optimizer"], payload["scaler"], payload["rng"])
@@ -129,6 +139,7 @@ class Checkpoint:
             imported_from=payload.get("imported_from"),
             tokenizers=payload.get("tokenizers"),
             languages=(languages[0], languages[1]) if languages is not None else None,
+            shortlist=shortlist,
         )
 
 
@@ -244,6 +255,7 @@ def average(paths: list[Path]) -> Checkpoint:
         first.spm,
         averaged_from=sources,
         languages=direction[1] if direction else None,
+        shortlist=first.shortlist,  # the checkpoints share one vocabulary (checked above)
     )
 
 

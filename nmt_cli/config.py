@@ -224,6 +224,9 @@ class DecodeConfig:
     min_len: int = 1
     """Fewest target tokens before EOS may end a hypothesis (0 allows an empty translation); the
     maximum length wins where the two meet."""
+    shortlist: bool = False
+    """Score each batch over its vocabulary shortlist (`nmt shortlist` stores one in a checkpoint)
+    instead of the whole target vocabulary."""
 
     def validate(self, where: str) -> None:
         for item in dataclasses.fields(self):
@@ -279,6 +282,7 @@ class DecodeOverrides:
     max_len_a: float | None = None
     max_len_b: int | None = None
     min_len: int | None = None
+    shortlist: bool | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.given().items():

@@ -34,6 +34,14 @@ class Range:
         return None if ok else f"must be {what} {bounds} {self.high:,}"
 
 
+@dataclass(frozen=True)
+class Flag:
+    """true or false (a Python bool; JSON's true and false)."""
+
+    def problem(self, value: object) -> str | None:
+        return None if isinstance(value, bool) else "must be true or false"
+
+
 def _finite(value: int | float) -> bool:
     try:
         return math.isfinite(value)
@@ -42,7 +50,7 @@ def _finite(value: int | float) -> bool:
 
 
 MAX_BEAM = 128  # bounds the work and memory one call may ask for (beam x nbest x vocabulary scores)
-SETTINGS: dict[str, Range | tuple[str, ...]] = {
+SETTINGS: dict[str, Range | Flag | tuple[str, ...]] = {
     "beam": Range(int, 1, MAX_BEAM),
     "nbest": Range(int, 1, MAX_BEAM),
     # Bounded so that the length penalty of any length stays far inside float64.
@@ -51,6 +59,7 @@ SETTINGS: dict[str, Range | tuple[str, ...]] = {
     "max_len_a": Range(float, 0, 100),
     "max_len_b": Range(int, 0, 100_000),
     "min_len": Range(int, 0, 100_000),
+    "shortlist": Flag(),
     "batch_tokens": Range(int, 1, 1_000_000),
     "sampling": ("topk", "topp"),
     "topk": Range(int, 0, 1_000_000),
@@ -65,7 +74,7 @@ SETTINGS: dict[str, Range | tuple[str, ...]] = {
 def setting_problem(name: str, value: object) -> str | None:
     """What is wrong with `value` for setting `name`, or None."""
     allowed = SETTINGS[name]
-    if isinstance(allowed, Range):
+    if isinstance(allowed, Range | Flag):
         return allowed.problem(value)
     return None if isinstance(value, str) and value in allowed else one_of(allowed)
 

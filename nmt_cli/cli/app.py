@@ -183,6 +183,38 @@ def average(
 
 
 @app.command(
+    epilog="Examples: nmt shortlist -m avg.pt --train data/train --valid data/val -o avg+sl.pt\n\n"
+    "nmt translate -m avg+sl.pt --shortlist -i test.en"
+)
+def shortlist(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint (trained, averaged or imported).")],
+    train: Annotated[Path, typer.Option(help="Parallel corpus prefix: PREFIX.SRC and PREFIX.TGT, raw text.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The checkpoint with its shortlist.")],
+    src: Annotated[
+        str | None, typer.Option(help="Source suffix (default: the checkpoint's language).")
+    ] = None,
+    tgt: Annotated[
+        str | None, typer.Option(help="Target suffix (default: the checkpoint's language).")
+    ] = None,
+    candidates: Annotated[int, typer.Option(help="Target pieces kept per source piece.")] = 50,
+    frequent: Annotated[int, typer.Option(help="Most frequent target pieces, in every shortlist.")] = 100,
+    max_pairs: Annotated[int, typer.Option(help="Learn from the first N sentence pairs.")] = 1_000_000,
+    valid: Annotated[
+        Path | None, typer.Option(help="Held-out prefix: report the share of its reference pieces covered.")
+    ] = None,
+) -> None:
+    """Learn a vocabulary shortlist from a parallel corpus and store it with a model.
+
+    Each source piece keeps the target pieces most likely to translate it (IBM Model 1 on the
+    model's own pieces); `--shortlist` in translate and serve then scores each batch over its
+    sentences' candidates and the most frequent pieces instead of the whole vocabulary.
+    """
+    from nmt_cli.commands import shortlist as command
+
+    command.run(model, train, output, (src, tgt), candidates, frequent, max_pairs, valid, Globals.quiet)
+
+
+@app.command(
     "import",
     epilog="Examples: nmt import opus-mt-en-de -o en-de.pt\n\nnmt import wmt-fairseq/model.pt -o en-de.pt",
 )
@@ -224,6 +256,7 @@ def translate(
     max_len_a: opt.MaxLenA = None,
     max_len_b: opt.MaxLenB = None,
     min_len: opt.MinLen = None,
+    shortlist: opt.Shortlist = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
     batch_tokens: opt.BatchTokens = 4096,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
@@ -250,7 +283,7 @@ def translate(
     from nmt_cli.decoding.settings import Sampling
 
     Globals.fast_exit = True
-    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
+    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len, shortlist)
     runtime = RuntimeConfig(device, precision, threads, workers)
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
     command.run(
@@ -379,11 +412,16 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Lines waiting; beyond, 503 and Retry-After.")] = 1024,
     max_input_chars: Annotated[int, typer.Option(help="Longest line a request may send.")] = 2000,
     max_lines: Annotated[int, typer.Option(help="Most lines in one request.")] = 256,
+    shortlist: opt.Shortlist = None,
 ) -> None:
-    """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]')."""
+    """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]').
+
+    --shortlist sets the default of requests, which may still say "shortlist": false.
+    """
     from nmt_cli.commands import serve as command
-    from nmt_cli.config import RuntimeConfig, ServeLimits
+    from nmt_cli.config import DecodeOverrides, RuntimeConfig, ServeLimits
 
     limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)
-    command.run(model, host, port, runtime, limits, quiet=Globals.quiet)
+    decode = DecodeOverrides(shortlist=shortlist)
+    command.run(model, host, port, runtime, limits, quiet=Globals.quiet, decode=decode)

@@ -17,6 +17,14 @@ MinLen = Annotated[
     int | None,
     typer.Option(help="Fewest target tokens before the end (0 allows an empty translation). Default: 1."),
 ]
+Shortlist = Annotated[
+    bool | None,
+    typer.Option(
+        "--shortlist/--no-shortlist",
+        help="Score each batch over the vocabulary shortlist stored with the model (`nmt shortlist`): "
+        "faster, nearly the same output. Default: the checkpoint's recipe (off).",
+    ),
+]
 BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]

@@ -2,8 +2,9 @@
 
 The directory is built under a temporary name beside OUT and renamed at the end, so OUT is
 either absent or complete. The sentencepiece models travel with it: `spm.model` for a joint
-vocabulary, `src.spm.model` and `tgt.spm.model` otherwise; and `nmt.json`, the length limits to
-pass to CTranslate2's translate_batch.
+vocabulary, `src.spm.model` and `tgt.spm.model` otherwise; `nmt.json`, the length limits to
+pass to CTranslate2's translate_batch; and for a checkpoint with a shortlist (`nmt shortlist`),
+`vmap.txt`, CTranslate2's vocabulary map of the same candidates (`use_vmap=True`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from nmt_cli import checkpoint
 from nmt_cli.data import spm, tokenizer
+from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
 from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec, unsupported
@@ -34,8 +36,10 @@ EXPORT_FILES = {
     "src.spm.model",
     "tgt.spm.model",
     "nmt.json",
+    "vmap.txt",
 }
 LIMITS_FILE = "nmt.json"
+VMAP_FILE = "vmap.txt"  # the name CTranslate2 loads a vocabulary map from
 
 
 def limits(max_positions: int) -> dict[str, dict[str, int]]:
@@ -66,7 +70,8 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
     net = Transformer.holding(cfg, ckpt.model)
-    spec = transformer_spec(net, (_pieces(src_spm, model), _pieces(tgt_spm, model)))
+    pieces = (_pieces(src_spm, model), _pieces(tgt_spm, model))
+    spec = transformer_spec(net, pieces)
 
     # Built in a directory of our own beside the target, then renamed into place: the target is
     # either absent, the old export or the complete new one, and nothing else is ever deleted.
@@ -82,12 +87,33 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
             (staging / "src.spm.model").write_bytes(src_spm)
             (staging / "tgt.spm.model").write_bytes(tgt_spm)
         (staging / LIMITS_FILE).write_text(json.dumps(limits(cfg.max_positions), indent=2) + "\n")
+        if ckpt.shortlist is not None:
+            shortlist = Shortlist.from_dict(
+                ckpt.shortlist, cfg.src_vocab_size, cfg.tgt_vocab_size, str(model)
+            )
+            (staging / VMAP_FILE).write_text(vocabulary_map(shortlist, *pieces), encoding="utf-8")
         if target.exists():
             os.replace(target, holder / "replaced")  # a CTranslate2 export (_target checked)
         os.replace(staging, target)
     finally:
         shutil.rmtree(holder, ignore_errors=True)
     reporter.info(f"exported {model} to {out} (CTranslate2, weights {quantization})")
+    if ckpt.shortlist is not None:
+        reporter.info(
+            f"its shortlist is {out / VMAP_FILE}: CTranslate2 decodes over it with "
+            "translate_batch(..., use_vmap=True)"
+        )
+
+
+def vocabulary_map(shortlist: Shortlist, src_pieces: list[str], tgt_pieces: list[str]) -> str:
+    """CTranslate2's vocabulary map: a line `<source piece>\t<target pieces>` for each source piece
+    with candidates, and first the pieces every batch gets, under the empty key."""
+    lines = ["\t" + " ".join(tgt_pieces[i] for i in shortlist.frequent.tolist())]
+    for piece, row in zip(src_pieces, shortlist.candidates.tolist(), strict=True):
+        kept = [tgt_pieces[i] for i in row if i >= 0]
+        if kept:
+            lines.append(piece + "\t" + " ".join(kept))
+    return "\n".join(lines) + "\n"
 
 
 def _pieces(model_bytes: bytes, path: Path) -> list[str]:

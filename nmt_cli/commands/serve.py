@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from nmt_cli.config import RuntimeConfig, ServeLimits
+from nmt_cli.config import DecodeOverrides, RuntimeConfig, ServeLimits
 from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.report import Reporter
@@ -25,7 +25,9 @@ def run(
     runtime: RuntimeConfig,
     limits: ServeLimits,
     quiet: bool,
+    decode: DecodeOverrides = DecodeOverrides(),
 ) -> None:
+    """`decode`: the requests' default search settings, over the checkpoint's recipe."""
     app.require_extra()
     limits.validate()
     dev = resolve_device(runtime.device)
@@ -34,7 +36,7 @@ def run(
     sock = server.bind_socket(host, port)
     translator = None
     try:
-        translator = load_translator(models, dev, runtime.precision or default_precision(dev))
+        translator = load_translator(models, dev, runtime.precision or default_precision(dev), decode)
         # Forked before the server starts any thread; the socket stays the server's alone, so that
         # the port closes when the server ends.
         translator.start_workers(workers, close_fds=[sock.fileno()])

@@ -15,6 +15,7 @@ rows quantized here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterator
 
@@ -40,6 +41,38 @@ class Int8Linear(nn.Module):
             # (in, out) for _int_mm, and the channel scales to restore float outputs
             self.weight_t = (weight / scales[:, None]).round().to(torch.int8).t().contiguous()
             self.weight_scales = scales
+
+    def rows(self, index: torch.Tensor) -> Int8Linear:
+        """The layer restricted to output channels `index`, in that order (a vocabulary shortlist's
+        output projection); the same int8 weights and scales, so each kept output is unchanged."""
+        part = Int8Linear.__new__(Int8Linear)
+        nn.Module.__init__(part)
+        part.out_features = index.numel()
+        part.bias = None if self.bias is None else self.bias.index_select(0, index)
+        part.packed = None
+        if self.packed is not None:
+            weight, scales = self._unpacked()
+            kept = torch._make_per_channel_quantized_tensor(
+                weight.index_select(0, index), scales.index_select(0, index), self._zeros[: index.numel()], 0
+            )
+            with _engine("fbgemm"):
+                part.packed = torch.ops.quantized.linear_prepack(kept, None)
+        else:
+            part.weight_t = self.weight_t.index_select(1, index)
+            part.weight_scales = self.weight_scales.index_select(0, index)
+        return part
+
+    @functools.cached_property
+    def _zeros(self) -> torch.Tensor:
+        return torch.zeros(self.out_features, dtype=torch.long)
+
+    def _unpacked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """fbgemm's int8 weights and channel scales, unpacked once: only a layer that `rows` is
+        called on (the output projection) keeps this second copy."""
+        if not hasattr(self, "_int8"):
+            qweight, _ = torch.ops.quantized.linear_unpack(self.packed)
+            self._int8 = (qweight.int_repr(), qweight.q_per_channel_scales())
+        return self._int8
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])

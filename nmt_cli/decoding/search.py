@@ -9,14 +9,18 @@ log-probabilities. Sampling (top-k, top-p; `sampling`) goes through the greedy p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
+from nmt_cli.data.shortlist import Shortlist
+from nmt_cli.decoding import int8
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.model import DecoderState, Transformer
@@ -47,6 +51,36 @@ def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
     return (a * (src_len - 1).double() + b + 1).clamp(min=1, max=limit).long()
 
 
+@dataclass
+class Batch:
+    """A batch being decoded: each model's decoder state, and the target vocabulary it is scored
+    over (`vocab[i]` is the target id of score column i; None: the whole vocabulary)."""
+
+    states: list[DecoderState]
+    vocab: Tensor | None = None
+    projections: list[Callable[[Tensor], Tensor] | None] = field(default_factory=list)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep hypothesis `rows`, and memory rows `sentences` (`DecoderState.reorder`)."""
+        self.states = [state.reorder(rows, sentences) for state in self.states]
+
+    def target_ids(self, ids: Tensor) -> Tensor:
+        """Ids of the batch's vocabulary as target ids (the special ids are both)."""
+        return ids if self.vocab is None else self.vocab[ids]
+
+
+def _projection(model: Transformer, vocab: Tensor) -> Callable[[Tensor], Tensor]:
+    """The model's pre-softmax projection onto the pieces `vocab` alone: its rows of the weights
+    (and of the output bias), selected once per batch."""
+    bias = None if model.output_bias is None else model.output_bias.index_select(0, vocab)
+    proj = model.output_proj
+    if isinstance(proj, int8.Int8Linear):
+        rows = proj.rows(vocab)
+        return rows if bias is None else lambda hidden: rows(hidden) + bias
+    weight = (model.tgt_embed.tokens.weight if proj is None else proj.weight).index_select(0, vocab)
+    return lambda hidden: F.linear(hidden, weight, bias)
+
+
 class Ensemble:
     """One or more models decoded in lockstep; their log-probabilities are averaged."""
 
@@ -58,19 +92,30 @@ class Ensemble:
         """The first token fed to the decoder (the models agree: checked at load)."""
         return self.models[0].cfg.start_id
 
-    def start(self, src: Tensor, repeat: int) -> list[DecoderState]:
+    def start(self, src: Tensor, repeat: int, vocab: Tensor | None = None) -> Batch:
+        """Encode a batch for `repeat` hypotheses per sentence; `vocab`: the target ids to score
+        (a shortlist's, `Shortlist.vocabulary`), None for the whole vocabulary."""
         states = []
         for model in self.models:
             memory, src_mask = model.encode(src)
             states.append(model.init_state(memory, src_mask, beam=repeat))
-        return states
+        projections = [None if vocab is None else _projection(model, vocab) for model in self.models]
+        return Batch(states, vocab, projections)
 
-    def step(self, tokens: Tensor, states: list[DecoderState]) -> tuple[Tensor, list[DecoderState]]:
-        outputs = [model.decode_step(tokens, state) for model, state in zip(self.models, states, strict=True)]
+    def step(self, tokens: Tensor, batch: Batch) -> Tensor:
+        """Feed the newest tokens (rows, 1), ids of the batch's vocabulary -> log-probabilities
+        over it (rows, V); the batch's decoder states advance."""
+        if batch.vocab is not None:
+            tokens = batch.vocab[tokens]
+        outputs = [
+            model.decode_step(tokens, state, project)
+            for model, state, project in zip(self.models, batch.states, batch.projections, strict=True)
+        ]
         log_probs = outputs[0][0] if len(outputs) == 1 else torch.stack([o[0] for o in outputs]).mean(dim=0)
         log_probs[:, PAD_ID] = float("-inf")
         log_probs[:, BOS_ID] = float("-inf")
-        return log_probs, [o[1] for o in outputs]
+        batch.states = [o[1] for o in outputs]
+        return log_probs
 
     @property
     def max_positions(self) -> int:
@@ -91,20 +136,25 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) ->
 
 @torch.inference_mode()
 def greedy_search(
-    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, sampling: Sampling | None = None
+    ensemble: Ensemble,
+    src: Tensor,
+    cfg: DecodeConfig,
+    sampling: Sampling | None = None,
+    vocab: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
-    `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply."""
+    `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply. `vocab`:
+    the target ids to choose from (a shortlist), None for all."""
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
-    states = ensemble.start(src, 1)
+    batch = ensemble.start(src, 1, vocab)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     scores = torch.zeros(n, device=device)
     active = torch.arange(n, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
     for t in range(int(limit.max())):
-        log_probs, states = ensemble.step(tokens, states)  # (A, V)
+        log_probs = ensemble.step(tokens, batch)  # (A, V)
         _constrain_length(log_probs, t, limit[active], cfg.min_len)
         if sampling is None:
             best, tokens = log_probs.max(dim=-1, keepdim=True)  # (A, 1)
@@ -120,7 +170,8 @@ def greedy_search(
             if keep.numel() == 0:
                 break
             active, tokens = active[keep], tokens[keep]
-            states = [state.reorder(keep, keep) for state in states]
+            batch.reorder(keep, keep)
+    out = batch.target_ids(out)
     return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
 
 
@@ -129,8 +180,11 @@ def _strip(row: list[int]) -> list[int]:
 
 
 @torch.inference_mode()
-def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the `nbest` best hypotheses per sentence, best first.
+def beam_search(
+    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1, vocab: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """Batched beam search; returns the `nbest` best hypotheses per sentence, best first; `vocab`:
+    the target ids to search over (a shortlist), None for all.
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
     hypothesis (scored with the length penalty); the first K others continue. A sentence
@@ -139,7 +193,7 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
     n, k, device = src.shape[0], cfg.beam, src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    states = ensemble.start(src, k)
+    batch = ensemble.start(src, k, vocab)
     fin_scores = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)  # normalised
     fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
     fin_count = torch.zeros(n, dtype=torch.long, device=device)
@@ -150,13 +204,13 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
     tokens = torch.full((n * k, 1), ensemble.start_id, dtype=torch.long, device=device)
     rank = torch.arange(2 * k, device=device).unsqueeze(0)  # (1, 2K)
     for t in range(max_steps):
-        log_probs, states = ensemble.step(tokens, states)  # (A*K, V)
-        a, vocab = active.numel(), log_probs.shape[-1]
+        log_probs = ensemble.step(tokens, batch)  # (A*K, V)
+        a, width = active.numel(), log_probs.shape[-1]  # the batch's vocabulary size
         _constrain_length(log_probs, t, limit[active].repeat_interleave(k), cfg.min_len)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
-        cand = log_probs.view(a, k, vocab).add_(scores.unsqueeze(-1)).view(a, k * vocab)
+        cand = log_probs.view(a, k, width).add_(scores.unsqueeze(-1)).view(a, k * width)
         top_scores, top_idx = cand.topk(2 * k, dim=1)  # (A, 2K); V >= 4 so K*V >= 2K
-        top_beam, top_tok = top_idx // vocab, top_idx % vocab
+        top_beam, top_tok = top_idx // width, top_idx % width
         is_eos = top_tok == EOS_ID
 
         # Finish: EOS candidates ranked within the first K, into the sentence's free slots.
@@ -189,10 +243,10 @@ def beam_search(ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int =
             break
         rows = (keep.unsqueeze(1) * k + beams[keep]).flatten()  # state rows of surviving hypotheses
         sentences = keep if keep.numel() < a else None  # memory rows move only when sentences leave
-        states = [state.reorder(rows, sentences) for state in states]
+        batch.reorder(rows, sentences)
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
-    return _best(fin_scores, fin_tokens, nbest)
+    return _best(fin_scores, batch.target_ids(fin_tokens), nbest)
 
 
 def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
@@ -206,12 +260,19 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
 
 
 def translate_batch(
-    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1, sampling: Sampling | None = None
+    ensemble: Ensemble,
+    src: Tensor,
+    cfg: DecodeConfig,
+    nbest: int = 1,
+    sampling: Sampling | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
-    """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise."""
+    """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise; over
+    the batch's shortlist vocabulary when a shortlist is given."""
+    vocab = shortlist.vocabulary(src) if shortlist is not None else None
     if sampling is not None or (cfg.beam == 1 and nbest == 1):
-        return greedy_search(ensemble, src, cfg, sampling)
-    return beam_search(ensemble, src, cfg, nbest)
+        return greedy_search(ensemble, src, cfg, sampling, vocab)
+    return beam_search(ensemble, src, cfg, nbest, vocab)
 
 
 def translate_sentences(
@@ -222,6 +283,7 @@ def translate_sentences(
     device: torch.device,
     nbest: int = 1,
     sampling: Sampling | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order."""
     if not sentences:
@@ -233,7 +295,7 @@ def translate_sentences(
     budget = max(batch_tokens // rows_per_source, int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(ensemble, src, cfg, nbest, sampling)
+        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

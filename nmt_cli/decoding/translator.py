@@ -5,6 +5,7 @@
     t.translate(["A man rides a bike.", "Two dogs play."], beam=4)   # one string per line
     t.translate_nbest(["A man rides a bike."], nbest=3)             # (text, score) lists
     t.translate(["A man rides a bike."], sampling=Sampling("topk", topk=10, seed=7))  # a random draw
+    t.translate(["A man rides a bike."], shortlist=True)  # over the model's shortlist (`nmt shortlist`)
 
 Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
 in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing and no
@@ -29,6 +30,7 @@ from torch import nn
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
+from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.spm import processors
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
@@ -66,6 +68,7 @@ class DecodeOptions(TypedDict, total=False):
     max_len_a: float | None
     max_len_b: int | None
     min_len: int | None
+    shortlist: bool | None
     batch_tokens: int
     sampling: Sampling | None
 
@@ -89,6 +92,11 @@ class Translator:
     precision: str
     languages: tuple[str, str] | None = None
     """(source, target) of the training corpus; None for checkpoints that do not record it."""
+    shortlist: Shortlist | None = None
+    """The vocabulary shortlist stored with the (first) checkpoint, used by calls whose settings
+    ask for it (`shortlist`); None when the checkpoint has none."""
+    source: Path | None = None
+    """The (first) checkpoint, for messages."""
     truncated: int = 0
     """Input lines cut to the model's longest source so far."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -151,7 +159,15 @@ class Translator:
         sampling: Sampling | None = None,
     ) -> DecodeSettings:
         """The checked settings of a call, over this translator's defaults (`settings.resolve`)."""
-        return resolve(self.decode, search, nbest, batch_tokens, sampling)
+        settings = resolve(self.decode, search, nbest, batch_tokens, sampling)
+        if settings.search.shortlist and self.shortlist is None:
+            raise SettingError(
+                "shortlist",
+                True,
+                f"{self.source} has no vocabulary shortlist; learn one with `nmt shortlist -m "
+                f"{self.source} --train PREFIX -o OUT.pt`, or leave it out",
+            )
+        return settings
 
     def translate_with(self, lines: Sequence[str], settings: DecodeSettings) -> list[Hypotheses]:
         """Hypotheses for each line with settings made by `settings()`."""
@@ -212,6 +228,7 @@ class Translator:
             self.device,
             settings.nbest,
             settings.sampling,
+            self.shortlist if settings.search.shortlist else None,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
@@ -252,12 +269,15 @@ def load_translator(
     check_precision(precision, device, PRECISIONS)
     if precision == "int8" and device.type != "cpu":
         raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, tokenizers, cfg, direction = [], None, None, None, None
+    models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
     for path in paths:
         ckpt = checkpoint.load(path)
         run_cfg = ckpt.run_config(path)
         if spm_models is None:
             spm_models, tokenizers, cfg = ckpt.spm, ckpt.tokenizers, run_cfg
+            if ckpt.shortlist is not None:
+                sizes = (run_cfg.model.src_vocab_size, run_cfg.model.tgt_vocab_size)
+                shortlist = Shortlist.from_dict(ckpt.shortlist, *sizes, f"checkpoint {path}").to(device)
         elif ckpt.spm != spm_models or ckpt.tokenizers != tokenizers:
             raise InputError(
                 f"cannot ensemble {paths[0]} and {path}: they were trained with different "
@@ -267,14 +287,18 @@ def load_translator(
         model = Transformer.holding(run_cfg.model, ckpt.model)
         models.append(for_decoding(model.eval().to(device), precision))
     assert cfg is not None and spm_models is not None
-    return Translator(
+    translator = Translator(
         Ensemble(models),
         overrides.apply(cfg.decode),
         *processors(spm_models, tokenizers),
         device,
         precision,
         direction[1] if direction else None,
+        shortlist,
+        paths[0],
     )
+    translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
+    return translator
 
 
 def for_decoding(model: Transformer, precision: str) -> Transformer:

@@ -6,6 +6,7 @@ logits or log-probabilities, never a loss.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -305,10 +306,14 @@ class Transformer(nn.Module):
             x, self_mask, is_causal, memory_kv[index], src_mask, scores
         )
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
-        """Feed the newest target tokens (B, 1) -> log-probabilities (B, V) of the next, and the new state."""
+    def decode_step(
+        self, tokens: Tensor, state: DecoderState, project: Callable[[Tensor], Tensor] | None = None
+    ) -> tuple[Tensor, DecoderState]:
+        """Feed the newest target tokens (B, 1) -> log-probabilities (B, V) of the next, and the new
+        state. `project` replaces the pre-softmax projection (a vocabulary shortlist's: V is then
+        its size, and the softmax is over those pieces)."""
         hidden, state = self._decode(tokens, state)
-        logits = self.project(hidden[:, -1])  # (B, V)
+        logits = (project or self.project)(hidden[:, -1])  # (B, V)
         return logits.float().log_softmax(dim=-1), state
 
 

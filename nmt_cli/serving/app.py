@@ -120,6 +120,9 @@ def describe_model(translator: "Translator", models: Sequence[Path]) -> dict[str
         "tgt_vocab_size": translator.tgt_spm.get_piece_size(),
         "model": [dataclasses.asdict(model.cfg) for model in translator.ensemble.models],
         "decode": dataclasses.asdict(translator.decode),
+        "shortlist": None
+        if translator.shortlist is None
+        else dict(zip(("candidates", "frequent"), translator.shortlist.sizes, strict=True)),
     }
 
 

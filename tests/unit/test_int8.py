@@ -54,3 +54,20 @@ def test_quantize_replaces_every_linear_layer_and_keeps_the_rest() -> None:
     assert sum(isinstance(m, int8.Int8Linear) for m in model.modules()) == 2
     assert isinstance(model[2][0], nn.LayerNorm)
     assert torch.allclose(after, before, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("fbgemm", KERNELS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_rows_keep_the_chosen_outputs_unchanged(fbgemm: bool, bias: bool) -> None:
+    """A shortlist's output projection: the kept channels are computed exactly as before."""
+    if fbgemm and not int8._fbgemm_works():
+        pytest.skip("this torch has no fbgemm (not an x86 build)")
+    torch.manual_seed(0)
+    layer = int8.Int8Linear(nn.Linear(48, 50, bias=bias), fbgemm)
+    index = torch.tensor([0, 1, 2, 3, 7, 19, 20, 44, 49])
+    x = rows_of_unlike_scales(12, 48, seed=2)
+    with torch.inference_mode():
+        part = layer.rows(index)
+        assert part.out_features == index.numel()
+        assert torch.equal(part(x), layer(x)[:, index])
+        assert torch.equal(layer.rows(index[2:])(x), layer(x)[:, index[2:]])  # a second cut, same layer

@@ -1,5 +1,6 @@
 """Greedy and beam search: agreement with each other, with exhaustive search and with full recomputation."""
 
+import copy
 import itertools
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 from conftest import tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
-from nmt_cli.decoding.search import Ensemble, beam_search, greedy_search, length_penalty
+from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty
 from nmt_cli.model import Transformer
 
 
@@ -91,17 +92,18 @@ class FullState:
 
 
 class Recompute(Ensemble):
-    def start(self, src, repeat):
+    def start(self, src, repeat, vocab=None):
         rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
-        return [FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))]
+        return Batch([FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))])
 
-    def step(self, tokens, states):
-        state = states[0]
+    def step(self, tokens, batch):
+        state = batch.states[0]
         prefix = torch.cat([state.prefix, tokens], dim=1)
         log_probs = self.models[0](state.src, prefix)[:, -1].float().log_softmax(-1)
         log_probs[:, PAD_ID] = float("-inf")
         log_probs[:, BOS_ID] = float("-inf")
-        return log_probs, [FullState(state.src, prefix)]
+        batch.states = [FullState(state.src, prefix)]
+        return log_probs
 
 
 @pytest.mark.parametrize("variant", [{}, {"residual_attention": True, "attention_window": 2}])
@@ -149,10 +151,10 @@ def test_outputs_respect_the_maximum_length():
 class EndsAtOnce(Ensemble):
     """A model that would rather stop than say anything: EOS outweighs every word at every step."""
 
-    def step(self, tokens, states):
-        log_probs, states = super().step(tokens, states)
+    def step(self, tokens, batch):
+        log_probs = super().step(tokens, batch)
         log_probs[:, EOS_ID] += 30.0
-        return log_probs.log_softmax(dim=-1), states
+        return log_probs.log_softmax(dim=-1)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -181,3 +183,42 @@ def test_min_len_zero_allows_an_empty_translation_and_max_len_wins_over_min_len(
     # max_len_a 0, max_len_b 2: at most two tokens before EOS, whatever min_len asks.
     capped = beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 0.0, 2, min_len=10))
     assert all(len(h[0].tokens) == 2 for h in capped)
+
+
+def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one():
+    model, src = tiny(30), sources(30)
+    everything = torch.arange(30)
+    for beam, nbest in ((1, 1), (4, 4)):
+        cfg = decoding(beam, 0.6, "gnmt", 1.0, 5)
+        search = greedy_search if beam == 1 else beam_search
+        extra = {} if beam == 1 else {"nbest": nbest}
+        plain = search(Ensemble([model]), src, cfg, **extra)
+        listed = search(Ensemble([model]), src, cfg, vocab=everything, **extra)
+        assert [[(h.tokens, h.score) for h in s] for s in listed] == [
+            [(h.tokens, h.score) for h in s] for s in plain
+        ]
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_shortlist_searches_as_if_the_other_pieces_were_impossible(beam):
+    """Over a shortlist, the search is the full search of a model that gives every other piece
+    probability 0, with the output bias kept (an imported Marian model has one)."""
+    model, src = tiny(30, output_bias=True), sources(30)
+    with torch.no_grad():
+        model.output_bias.copy_(torch.linspace(-1, 1, 30))
+    vocab = torch.tensor([0, 1, 2, 3, 5, 8, 9, 13, 21, 22, 29])
+    masked = copy.deepcopy(model)
+    with torch.no_grad():
+        outside = torch.ones(30, dtype=torch.bool)
+        outside[vocab] = False
+        masked.output_bias[outside] = float("-inf")
+    cfg = decoding(beam, 0.6, "gnmt", 1.0, 6)
+    search = greedy_search if beam == 1 else beam_search
+    extra = {} if beam == 1 else {"nbest": beam}
+    listed = search(Ensemble([model]), src, cfg, vocab=vocab, **extra)
+    full = search(Ensemble([masked]), src, cfg, **extra)
+    assert [[h.tokens for h in s] for s in listed] == [[h.tokens for h in s] for s in full]
+    for got, want in zip(listed, full, strict=True):
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
+    used = {t for s in listed for h in s for t in h.tokens}
+    assert used <= set(vocab.tolist()) and len(used) > 3  # the search did choose among them

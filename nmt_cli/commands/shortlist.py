@@ -1,0 +1,109 @@
+"""`nmt shortlist`: learn a vocabulary shortlist from a parallel corpus and store it with a model.
+
+Any checkpoint can have one: trained, averaged, fine-tuned or imported. The corpus is read as
+text and split into pieces by the checkpoint's own tokenizers, so the shortlist's ids are the
+model's whatever produced it. `nmt translate --shortlist` (and `serve`, and the API's
+`shortlist=True`) then decodes over it; `nmt export` writes it as CTranslate2's vocabulary map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from nmt_cli import checkpoint
+from nmt_cli.data.shortlist import Shortlist, coverage, learn
+from nmt_cli.data.spm import processors
+from nmt_cli.data.text import count_lines, iter_lines
+from nmt_cli.errors import InputError
+from nmt_cli.files import output_target
+from nmt_cli.report import Reporter
+
+Pairs = list[tuple[np.ndarray, np.ndarray]]
+
+
+def run(
+    model: Path,
+    train: Path,
+    output: Path,
+    languages: tuple[str | None, str | None],
+    candidates: int,
+    frequent: int,
+    max_pairs: int,
+    valid: Path | None,
+    quiet: bool,
+) -> Shortlist:
+    reporter = Reporter(quiet)
+    if candidates < 1 or frequent < 0 or max_pairs < 1:
+        raise InputError("--candidates and --max-pairs must be at least 1, --frequent at least 0")
+    output_target(output, "--output")  # before the work: a directory or a missing parent is refused
+    ckpt = checkpoint.load(model)
+    cfg = ckpt.run_config(model).model
+    src, tgt = _languages(languages, ckpt.languages, model)
+    encoders = processors(ckpt.spm, ckpt.tokenizers)
+    pairs = _read(train, src, tgt, encoders, max_pairs, reporter)
+    if not pairs:
+        raise InputError(f"--train {train}: no sentence pair with text on both sides")
+    shortlist = learn(
+        pairs,
+        cfg.src_vocab_size,
+        cfg.tgt_vocab_size,
+        candidates,
+        frequent,
+        rounds=lambda steps: reporter.progress(steps, "learning (IBM Model 1)", unit=" rounds"),
+    )
+    ckpt.shortlist = shortlist.to_dict()
+    checkpoint.save(ckpt, output, "--output")
+    reporter.info(
+        f"shortlist of {candidates} candidates a source piece and {frequent} frequent pieces, learned from "
+        f"{len(pairs):,} pairs of {train}, stored in {output}"
+    )
+    if valid is not None:
+        share, size = coverage(shortlist, _read(valid, src, tgt, encoders, max_pairs, reporter))
+        reporter.info(
+            f"coverage on {valid}: {share:.2%} of the reference pieces are in their sentence's "
+            f"shortlist, of {size:.0f} pieces a sentence on average"
+        )
+    return shortlist
+
+
+def _languages(
+    given: tuple[str | None, str | None], recorded: tuple[str, str] | None, model: Path
+) -> tuple[str, str]:
+    src, tgt = given
+    if src is None or tgt is None:
+        if recorded is None:
+            raise InputError(f"{model} records no languages: give --src and --tgt (the corpus's suffixes)")
+        src, tgt = src or recorded[0], tgt or recorded[1]
+    return src, tgt
+
+
+def _read(prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, reporter: Reporter) -> Pairs:
+    """Up to `max_pairs` pairs of PREFIX.src and PREFIX.tgt as ids; pairs with an empty side left out."""
+    paths = (Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}"))
+    counts = [count_lines(path, f"{prefix}.{lang}") for path, lang in zip(paths, (src, tgt), strict=True)]
+    if counts[0] != counts[1]:
+        raise InputError(
+            f"{paths[0]} has {counts[0]:,} lines and {paths[1]} {counts[1]:,}: a parallel corpus has one "
+            "line per sentence on each side"
+        )
+    pairs: Pairs = []
+    with reporter.bar(f"reading {prefix}", total=min(counts[0], max_pairs), unit=" lines") as bar:
+        for source, target in _lines(paths):
+            if len(pairs) == max_pairs:
+                break
+            bar.update(1)
+            if source.strip() and target.strip():
+                pairs.append(
+                    (
+                        np.asarray(encoders[0].encode(source.strip()), np.int64),
+                        np.asarray(encoders[1].encode(target.strip()), np.int64),
+                    )
+                )
+    return pairs
+
+
+def _lines(paths: tuple[Path, Path]) -> Iterator[tuple[str, str]]:
+    yield from zip(iter_lines(paths[0], str(paths[0])), iter_lines(paths[1], str(paths[1])), strict=True)
