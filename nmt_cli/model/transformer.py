@@ -35,15 +35,16 @@ class DecoderState:
     """Hypotheses per sentence: rows r*beam .. r*beam+beam-1 of the self-attention cache (and of
     the tokens fed) belong to row r of memory_kv and src_mask, which are not repeated per beam."""
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> DecoderState:
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> DecoderState:
         """Keep hypothesis `rows` (indices into the current rows) in that order; `sentences`, when
-        given, are the memory rows that remain (sentences leaving the batch)."""
+        given, are the memory rows that remain (sentences leaving the batch); `beam`, when given,
+        the hypotheses per sentence from now on (a first step decoded once per sentence)."""
         memory_kv, src_mask = self.memory_kv, self.src_mask
         if sentences is not None:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
         self_kv = [kv.index_select(rows) if kv is not None else None for kv in self.self_kv]
-        return DecoderState(memory_kv, self_kv, src_mask, self.step, self.beam)
+        return DecoderState(memory_kv, self_kv, src_mask, self.step, self.beam if beam is None else beam)
 
 
 def window_mask(t_q: int, t_k: int, radius: int, causal: bool, device: torch.device) -> Tensor:

@@ -8,7 +8,7 @@ import torch
 from conftest import tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
-from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty
+from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty, top_k
 from nmt_cli.model import Transformer
 
 
@@ -87,7 +87,7 @@ class FullState:
     def __init__(self, src: torch.Tensor, prefix: torch.Tensor):
         self.src, self.prefix = src, prefix
 
-    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> "FullState":
+    def reorder(self, rows: torch.Tensor, sentences=None, beam=None) -> "FullState":
         return FullState(self.src.index_select(0, rows), self.prefix.index_select(0, rows))
 
 
@@ -222,3 +222,22 @@ def test_a_shortlist_searches_as_if_the_other_pieces_were_impossible(beam):
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
     used = {t for s in listed for h in s for t in h.tokens}
     assert used <= set(vocab.tolist()) and len(used) > 3  # the search did choose among them
+
+
+@pytest.mark.parametrize("width", [7, 64, 640, 1000, 8000, 32011])
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_top_k_is_torch_topk(width, k):
+    """The block-wise top-k that beam search and greedy search use gives torch.topk's values and
+    indices, with a ragged last block, one block's worth of best values, and impossible rows."""
+    if width < k:
+        return
+    g = torch.Generator().manual_seed(width * 10 + k)
+    x = torch.randn(12, width, generator=g)
+    x[1, :] = float("-inf")
+    x[1, width // 2] = 0.0  # one possible value
+    x[2, : min(width, 64)] += 50.0  # every best value in the first block
+    x[3, -1] = 99.0  # the best value in the ragged tail
+    got, want = top_k(x, k), x.topk(k, dim=1)
+    finite = want.values.isfinite()
+    assert torch.equal(got[0], want.values)
+    assert torch.equal(got[1][finite], want.indices[finite])
