@@ -36,9 +36,10 @@ def nmt(*args: str, quiet: bool = True) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024
 
 
-def prepared(data: Path, tgt: str = "de") -> Path:
-    """The Multi30k corpus prepared with a joint BPE of 8,000 (prepare reuses finished work)."""
-    out = WORK / f"m30k_en_{tgt}"
+def prepared(data: Path, tgt: str = "de", vocab: int = 8000) -> Path:
+    """The Multi30k corpus prepared with a joint BPE of `vocab` pieces, 8,000 unless asked
+    (prepare reuses finished work)."""
+    out = WORK / (f"m30k_en_{tgt}" if vocab == 8000 else f"m30k_en_{tgt}_{vocab}")
     nmt(
         "prepare",
         "--train",
@@ -54,7 +55,7 @@ def prepared(data: Path, tgt: str = "de") -> Path:
         "--out",
         str(out),
         "--vocab-size",
-        "8000",
+        str(vocab),
         "--workers",
         "2",
     )

@@ -22,16 +22,18 @@ from nmt_cli.checkpoint import numbered
 
 
 def trained_model(
-    data: Path, precision: str, minutes: float, fresh: bool = False, updates: int = 0
+    data: Path, precision: str, minutes: float, fresh: bool = False, updates: int = 0, vocab: int = 8000
 ) -> tuple[Path, dict]:
-    """Train (or reuse) a run of `minutes` (or of exactly `updates`, when given) and return its
-    averaged checkpoint and facts."""
+    """Train (or reuse) a run of `minutes` (or of exactly `updates`, when given) on the corpus
+    prepared with a joint vocabulary of `vocab` pieces; return its averaged checkpoint and facts."""
     run = WORK / (f"ttb_{precision}_{updates}upd" if updates else f"ttb_{precision}_{minutes:g}min")
+    if vocab != 8000:
+        run = run.with_name(f"{run.name}_v{vocab}")
     done = run / "bench.json"
     if done.exists() and not fresh:
         return run / "average.pt", json.loads(done.read_text())
     shutil.rmtree(run, ignore_errors=True)
-    data_dir = prepared(data)
+    data_dir = prepared(data, vocab=vocab)
     args = ["--data", str(data_dir), "--recipe", str(RECIPE), "--out", str(run), "--device", "cpu"]
     args += ["--threads", str(THREADS), "--precision", precision]
     budget = [f"train.max_minutes={0 if updates else minutes}", f"train.max_updates={updates}"]

@@ -227,3 +227,15 @@ def tiny_model(vocab: int = 40, seed: int = 0, **overrides: object) -> Transform
     }
     fields.update(overrides)
     return Transformer(ModelConfig(**fields, src_vocab_size=vocab, tgt_vocab_size=vocab)).eval()
+
+
+@pytest.fixture(scope="session")
+def listed(trained: TrainedRun, corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trained copy-task model with a small shortlist: 3 candidates a piece, no frequent ones."""
+    out = tmp_path_factory.mktemp("shortlist") / "listed.pt"
+    code = nmt(
+        "-q", "shortlist", "-m", trained.checkpoint, "--train", corpus.raw / "train", "--src", "src", "--tgt",
+        "tgt", "--candidates", 3, "--frequent", 0, "-o", out,
+    )  # fmt: skip
+    assert code == 0
+    return out

@@ -196,7 +196,7 @@ def shortlist(
     tgt: Annotated[
         str | None, typer.Option(help="Target suffix (default: the checkpoint's language).")
     ] = None,
-    candidates: Annotated[int, typer.Option(help="Target pieces kept per source piece.")] = 50,
+    candidates: Annotated[int, typer.Option(help="Target pieces kept per source piece.")] = 20,
     frequent: Annotated[int, typer.Option(help="Most frequent target pieces, in every shortlist.")] = 100,
     max_pairs: Annotated[int, typer.Option(help="Learn from the first N sentence pairs.")] = 1_000_000,
     valid: Annotated[

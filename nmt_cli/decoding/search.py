@@ -1,10 +1,12 @@
 """Greedy and batched beam search over the incremental decoder (§6.1).
 
-Bookkeeping is vectorised over sentences and beams: one `topk` per step, finished
+Bookkeeping is vectorised over sentences and beams: one top-k per step (`top_k`), finished
 hypotheses written with tensor indexing, the decoder state reordered by one
 `index_select`, and finished sentences leaving the active batch. A sentence's hypotheses
-share its encoder memory (no copy per beam). An ensemble averages the models'
-log-probabilities. Sampling (top-k, top-p; `sampling`) goes through the greedy path.
+share its encoder memory (no copy per beam), and its first step is decoded once. An ensemble
+averages the models' log-probabilities. Sampling (top-k, top-p; `sampling`) goes through the
+greedy path. With a vocabulary shortlist, a batch is scored over its own vocabulary (`Batch`),
+whose first ids are the special ones, so the search itself does not change.
 """
 
 from __future__ import annotations

@@ -15,18 +15,6 @@ from nmt_cli.data.spm import processors
 from nmt_cli.errors import SettingError
 
 
-@pytest.fixture(scope="module")
-def listed(trained: TrainedRun, corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The trained copy-task model with a small shortlist: 3 candidates a piece, no frequent ones."""
-    out = tmp_path_factory.mktemp("shortlist") / "listed.pt"
-    code = nmt(
-        "-q", "shortlist", "-m", trained.checkpoint, "--train", corpus.raw / "train", "--src", "src", "--tgt",
-        "tgt", "--candidates", 3, "--frequent", 0, "-o", out,
-    )  # fmt: skip
-    assert code == 0
-    return out
-
-
 def stored(path: Path) -> Shortlist:
     ckpt = checkpoint.load(path)
     cfg = ckpt.run_config(path).model
