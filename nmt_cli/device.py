@@ -26,6 +26,14 @@ def resolve_device(name: str) -> torch.device:
     raise InputError(f"--device {name}: unknown device; use auto, cpu or cuda")
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX). Without it oneDNN
+    emulates bf16: on an AVX2-only AMD EPYC a 1024-square bf16 matmul took 2.5 s against 32 ms
+    in fp32, so bf16 there is a trap, never a speed-up."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def configure_cpu(threads: int) -> None:
     """Thread count, flush-to-zero for denormal floats, and glibc's malloc kept from unmapping.
 

@@ -20,7 +20,7 @@ import torch
 from nmt_cli import checkpoint
 from nmt_cli.config import ModelConfig, RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
-from nmt_cli.device import check_precision, configure_cpu, resolve_device
+from nmt_cli.device import check_precision, configure_cpu, cpu_has_fast_bf16, resolve_device
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
@@ -111,6 +111,13 @@ def open_session(
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
+    elif cfg.train.precision == "bf16" and dev.type == "cpu" and not cpu_has_fast_bf16():
+        # The recipe's bf16 assumes hardware bf16; emulated, it would run tens of times slower.
+        reporter.warn(
+            "this CPU has no hardware bf16 (AVX512-BF16 or AMX): training in fp32 instead of the "
+            "recipe's bf16 (--precision bf16 forces it)"
+        )
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="fp32"))
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)

@@ -163,3 +163,17 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
         assert pool.restarts == 1
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize(
+    ("hardware_bf16", "machine", "expected"),
+    [(True, "x86_64", "bf16"), (False, "x86_64", "int8"), (False, "aarch64", "fp32")],
+)
+def test_cpu_default_precision_avoids_emulated_bf16(
+    monkeypatch: pytest.MonkeyPatch, hardware_bf16: bool, machine: str, expected: str
+) -> None:
+    from nmt_cli.decoding import translator
+
+    monkeypatch.setattr(translator, "cpu_has_fast_bf16", lambda: hardware_bf16)
+    monkeypatch.setattr(translator.platform, "machine", lambda: machine)
+    assert translator.default_precision(torch.device("cpu")) == expected
