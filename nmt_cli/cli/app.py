@@ -398,7 +398,10 @@ def plot(
     command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet)
 
 
-@app.command(epilog='Example: nmt serve -m avg.pt --port 8080   (then POST {"text": [...]} to /translate)')
+@app.command(
+    epilog='Examples: nmt serve -m avg.pt --port 8080   (then POST {"text": [...]} to /translate)\n\n'
+    "nmt serve -m en-de.pt -m de-en.pt --host 0.0.0.0 --api-keys keys.txt"
+)
 def serve(
     model: opt.Models,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
@@ -413,9 +416,19 @@ def serve(
     max_input_chars: Annotated[int, typer.Option(help="Longest line a request may send.")] = 2000,
     max_lines: Annotated[int, typer.Option(help="Most lines in one request.")] = 256,
     shortlist: opt.Shortlist = None,
+    api_keys: Annotated[
+        Path | None,
+        typer.Option(help="File of API keys, one a line, that requests must carry (SIGHUP rereads)."),
+    ] = None,
+    allow_anonymous: Annotated[
+        bool, typer.Option("--allow-anonymous", help="Serve a non-loopback --host without --api-keys.")
+    ] = False,
 ) -> None:
-    """Translate over HTTP: POST /translate, GET /health, GET /info (pip install 'nmt-cli[serve]').
+    """Translate over HTTP: nmt's POST /translate and LibreTranslate's API, GET /languages, /health,
+    /info, /metrics and a page at / (pip install 'nmt-cli[serve]').
 
+    -m may repeat: checkpoints of one language pair form an ensemble, and several pairs are served
+    side by side, each with its own workers and queue, routed by the requests' source and target.
     --shortlist sets the default of requests, which may still say "shortlist": false.
     """
     from nmt_cli.commands import serve as command
@@ -424,4 +437,14 @@ def serve(
     limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)
     decode = DecodeOverrides(shortlist=shortlist)
-    command.run(model, host, port, runtime, limits, quiet=Globals.quiet, decode=decode)
+    command.run(
+        model,
+        host,
+        port,
+        runtime,
+        limits,
+        Globals.quiet,
+        decode,
+        api_keys=api_keys,
+        allow_anonymous=allow_anonymous,
+    )

@@ -1,21 +1,24 @@
 """`nmt serve`: translation over HTTP, with requests from concurrent clients decoded together.
 
-Order matters for the user: the extra and the options are checked first, then the port is
-bound (a taken port fails before a long model load), then the model is loaded, and only then
-does the server accept connections, so GET /health answers only once translations can be made.
-The service itself is `nmt_cli.serving`.
+Order matters for the user: the extra, the options and the keys are checked first, then the
+port is bound (a taken port fails before a long model load), then the models are loaded (one
+translator per language pair the checkpoints record), and only then does the server accept
+connections, so GET /health answers only once translations can be made. The service itself is
+`nmt_cli.serving`.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import signal
 from pathlib import Path
 
 from nmt_cli.config import DecodeOverrides, RuntimeConfig, ServeLimits
-from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
+from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translators
 from nmt_cli.device import configure_cpu, resolve_device
-from nmt_cli.report import Reporter
+from nmt_cli.errors import InputError
 from nmt_cli.serving import app, server
+from nmt_cli.serving.keys import ApiKeys
 
 
 def run(
@@ -26,26 +29,40 @@ def run(
     limits: ServeLimits,
     quiet: bool,
     decode: DecodeOverrides = DecodeOverrides(),
+    api_keys: Path | None = None,
+    allow_anonymous: bool = False,
 ) -> None:
-    """`decode`: the requests' default search settings, over the checkpoint's recipe."""
+    """`decode`: the requests' default search settings, over the checkpoints' recipes. `api_keys`:
+    the file of keys that requests must carry (read again on SIGHUP)."""
     app.require_extra()
     limits.validate()
+    keys = ApiKeys(api_keys) if api_keys is not None else None
+    if keys is None and not allow_anonymous and not _is_loopback(host):
+        raise InputError(
+            f"--host {host}: reachable beyond this machine, and no --api-keys FILE says who may use "
+            "it; give one, or --allow-anonymous to serve anyone who can reach it"
+        )
     dev = resolve_device(runtime.device)
     workers = decoding_workers(runtime, dev)
     configure_cpu(1 if workers > 1 else runtime.threads)
     sock = server.bind_socket(host, port)
-    translator = None
+    loaded: list[tuple[Translator, list[Path]]] = []
     try:
-        translator = load_translator(models, dev, runtime.precision or default_precision(dev), decode)
-        # Forked before the server starts any thread; the socket stays the server's alone, so that
-        # the port closes when the server ends.
-        translator.start_workers(workers, close_fds=[sock.fileno()])
-        service = app.create_app(translator, limits, app.describe_model(translator, models))
-        if not _is_loopback(host):
-            Reporter(quiet).warn(f"--host {host}: reachable beyond this machine, with no authentication")
-        server.run_server(service, sock, limits, quiet)
+        precision = runtime.precision or default_precision(dev)
+        loaded = load_translators(models, dev, precision, decode)
+        for translator, _ in loaded:
+            # Forked before the server starts any thread; the socket stays the server's alone, so
+            # that the port closes when the server ends.
+            translator.start_workers(workers, close_fds=[sock.fileno()])
+        service = app.create_app(loaded, limits, keys)
+        previous = signal.signal(signal.SIGHUP, lambda *_: keys.reload()) if keys is not None else None
+        try:
+            server.run_server(service, sock, limits, quiet)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGHUP, previous)
     finally:
-        if translator is not None:
+        for translator, _ in loaded:
             translator.close()
         sock.close()
 

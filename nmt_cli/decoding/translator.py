@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from nmt_cli.decoding import int8
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
 from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
-from nmt_cli.device import check_precision, resolve_device
+from nmt_cli.device import check_precision, cpu_has_fast_bf16, resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
 from nmt_cli.ranges import check_setting
@@ -184,6 +185,10 @@ class Translator:
         """Decoding processes (1 when decoding in this process)."""
         return self._pool.workers if self._pool is not None else 1
 
+    def workers_alive(self) -> int:
+        """Decoding processes alive now (1 when decoding in this process)."""
+        return self._pool.alive() if self._pool is not None else 1
+
     def start_workers(self, workers: int, close_fds: Sequence[int] = ()) -> None:
         """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
         `nmt translate --workers` counts them). Call it before starting threads of your own: the
@@ -246,7 +251,11 @@ def default_precision(device: torch.device) -> str:
     """The fastest precision that keeps quality on `device` (see bench/decode_vs_ctranslate2.py)."""
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return CPU_PRECISION
+    if cpu_has_fast_bf16():
+        return CPU_PRECISION
+    # Emulated bf16 is tens of times slower than fp32. fbgemm's int8 runs on any x86 CPU (on an
+    # AVX2-only one 15% faster than fp32); elsewhere int8 has no tuned kernel here, so fp32.
+    return "int8" if platform.machine().lower() in ("x86_64", "amd64") else "fp32"
 
 
 def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
@@ -267,11 +276,47 @@ def load_translator(
 ) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     check_precision(precision, device, PRECISIONS)
-    if precision == "int8" and device.type != "cpu":
-        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
+    return _ensemble([(path, checkpoint.load(path)) for path in paths], device, precision, overrides)
+
+
+def load_translators(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides = DecodeOverrides(),
+) -> list[tuple[Translator, list[Path]]]:
+    """One translator per language pair that the checkpoints record, with its checkpoints, in the
+    order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that
+    record no languages (an older nmt's) can only be served alone or with each other: nothing
+    would route to them."""
+    check_precision(precision, device, PRECISIONS)
+    pairs: dict[tuple[str, str] | None, list[tuple[Path, checkpoint.Checkpoint]]] = {}
     for path in paths:
         ckpt = checkpoint.load(path)
+        pairs.setdefault(ckpt.languages, []).append((path, ckpt))
+    if None in pairs and len(pairs) > 1:
+        path = pairs[None][0][0]
+        raise InputError(
+            f"checkpoint {path}: records no languages, so requests cannot be routed to it beside "
+            "other language pairs; serve it on its own"
+        )
+    return [
+        (_ensemble(group, device, precision, overrides), [path for path, _ in group])
+        for group in pairs.values()
+    ]
+
+
+def _ensemble(
+    loaded: list[tuple[Path, checkpoint.Checkpoint]],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides,
+) -> Translator:
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
+    paths = [path for path, _ in loaded]
+    models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
+    for path, ckpt in loaded:
         run_cfg = ckpt.run_config(path)
         if spm_models is None:
             spm_models, tokenizers, cfg = ckpt.spm, ckpt.tokenizers, run_cfg

@@ -35,6 +35,7 @@ MIN_LINES_PER_PART = 32
 PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent just before the fork
+_FORKING = threading.Lock()
 
 
 class WorkerDied(RunFailure):
@@ -54,8 +55,7 @@ class WorkerPool:
     descriptors of this process that the workers close at once."""
 
     def __init__(self, work: Work, workers: int, close_fds: Sequence[int] = ()) -> None:
-        global _WORK
-        _WORK = work
+        self.work = work
         self.workers = workers
         self.restarts = 0
         self._close_fds = tuple(close_fds)
@@ -63,6 +63,12 @@ class WorkerPool:
         self._executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
+        global _WORK
+        with _FORKING:  # several pools in one process (nmt serve, one per model): each forks its own
+            _WORK = self.work
+            return self._fork()
+
+    def _fork(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("fork")
         executor = ProcessPoolExecutor(
             self.workers,
@@ -113,6 +119,11 @@ class WorkerPool:
         _stop(self._executor)
         self._executor = self._start()
         self.restarts += 1
+
+    def alive(self) -> int:
+        """Worker processes alive now (a dead one is replaced at the next call)."""
+        processes = getattr(self._executor, "_processes", None) or {}  # None once broken
+        return sum(process.is_alive() for process in list(processes.values()))
 
     def close(self) -> None:
         with self._lock:

@@ -1,17 +1,23 @@
-"""The HTTP app of `nmt serve`: FastAPI over a `Translator` and a `Batcher`.
+"""The HTTP app of `nmt serve`: FastAPI over one `Translator` and one `Batcher` per language pair.
 
-    POST /translate  {"text": [...], "beam"?, "lenpen"?, "nbest"?, ...}  ->  {"translations": [...]}
-                     or {"text": [...], "sampling": "topk"|"topp", "topk"?, "topp"?, "temperature"?,
-                     "seed"?}: one translation drawn per line, as `nmt translate --sampling`
-    GET  /health     200 with the batch counters while the server is up (the model is loaded first)
+    POST /translate  {"text": [...], "source"?, "target"?, "beam"?, "lenpen"?, "nbest"?, ...}
+                     ->  {"translations": [...]}; source and target pick the language pair (needed
+                     when several are served), or {"text": [...], "sampling": "topk"|"topp",
+                     "topk"?, "topp"?, "temperature"?, "seed"?}: one translation drawn per line, as
+                     `nmt translate --sampling`
+                     or LibreTranslate's {"q", "source", "target", ...} (`serving.libretranslate`)
+    GET  /languages  LibreTranslate's list of languages and their targets
+    GET  /health     200 with the batch counters while the server is up (the models are loaded first)
     GET  /info       model paths, languages, vocabulary sizes, model and decode settings, precision,
-                     version
+                     version; "pairs" describes every language pair served
+    GET  /metrics    Prometheus' text format (`serving.metrics`)
 
-Every request is checked in full here before anything reaches the model, its decode settings by
+Every request is checked in full here before anything reaches a model, its decode settings by
 the same rules as `nmt translate`'s options; a bad one gets a 4xx with `{"error": "FIELD: what is
-wrong"}`, a full queue a 503 with Retry-After. The event loop only checks, queues and awaits:
-decoding runs on the batcher's threads. No endpoint touches files. fastapi is an optional extra,
-imported only inside functions so that the rest of the toolkit runs without it.
+wrong"}`, a full queue a 503 with Retry-After. With API keys, /translate, /info and /metrics need
+one (`api_key`, or `Authorization: Bearer KEY`): 403 without. The event loop only checks, queues
+and awaits: decoding runs on the batchers' threads. No endpoint touches files. fastapi is an
+optional extra, imported only inside functions so that the rest of the toolkit runs without it.
 """
 
 import asyncio
@@ -20,7 +26,9 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +38,14 @@ from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
 from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import MAX_BEAM
+from nmt_cli.serving import libretranslate
 from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
+from nmt_cli.serving.keys import ApiKeys
+from nmt_cli.serving.metrics import Metrics
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 
     from nmt_cli.decoding.translator import Hypotheses, Translator
 
@@ -42,7 +53,8 @@ EXTRA = "pip install 'nmt-cli[serve]'"
 RETRY_AFTER_S = 1
 DISCONNECT_CHECK_S = 0.05
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-FIELDS = ("text", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
+FIELDS = ("text", "source", "target", "api_key", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
+ROUTES = ("/", "/translate", "/languages", "/health", "/info", "/metrics")
 log = logging.getLogger("nmt_cli.serving")
 
 
@@ -55,20 +67,36 @@ class BadRequest(Exception):
         self.message = message
 
 
+@dataclass
+class Served:
+    """One language pair: its translator (an ensemble of its checkpoints), with a queue and
+    decoding threads of its own, so that a busy pair does not hold up another."""
+
+    translator: "Translator"
+    paths: list[Path]
+    batcher: "Batcher[Hypotheses]"
+
+    @property
+    def pair(self) -> tuple[str, str] | None:
+        return self.translator.languages
+
+    @property
+    def name(self) -> str:
+        return "-".join(self.pair) if self.pair else "model"
+
+
 def require_extra() -> None:
-    """Fail with one line naming the extra when fastapi or uvicorn is not installed."""
+    """Fail with one line naming the extra when fastapi, uvicorn or prometheus-client is missing."""
     try:
         import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
-    except ImportError:
-        raise InputError(f"nmt serve needs FastAPI and uvicorn, an optional extra: {EXTRA}") from None
+    except ImportError as err:
+        raise InputError(f"nmt serve needs {err.name}, part of an optional extra: {EXTRA}") from None
 
 
-def parse_request(
-    body: bytes, limits: ServeLimits, translator: "Translator"
-) -> tuple[list[str], DecodeSettings]:
-    """The lines and decode settings of a POST /translate body; BadRequest for anything else.
-    The settings go through the same rules as `nmt translate`'s options (`decoding.settings`)."""
+def json_object(body: bytes) -> dict[str, Any]:
+    """The JSON object of a request body; BadRequest naming what is wrong otherwise."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError as err:
@@ -83,6 +111,11 @@ def parse_request(
         raise BadRequest(400, "body: a number with too many digits") from None
     if not isinstance(data, dict):
         raise BadRequest(422, 'body: must be a JSON object such as {"text": ["..."]}')
+    return data
+
+
+def parse_lines(data: Mapping[str, Any], limits: ServeLimits) -> list[str]:
+    """The lines of nmt's own request shape, checked; BadRequest for anything else."""
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise BadRequest(422, f"{unknown[0]}: unknown field; use {', '.join(FIELDS)}")
@@ -98,18 +131,61 @@ def parse_request(
             line.encode("utf-8")
         except UnicodeEncodeError:  # JSON allows "\ud800", which no tokenizer can take
             raise BadRequest(422, f"text[{i}]: not valid Unicode (a lone surrogate)") from None
-    lines = [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
+    for name in ("source", "target", "api_key"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise BadRequest(422, f"{name}: must be a string")
+    return [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
+
+
+def parse_settings(data: Mapping[str, Any], limits: ServeLimits, translator: "Translator") -> DecodeSettings:
+    """The decode settings of nmt's own request shape, by the same rules as `nmt translate`'s
+    options (`decoding.settings`)."""
     try:
         search = DecodeOverrides(**{name: data.get(name) for name in SEARCH_FIELDS})
         sampling = Sampling.given(data.get("sampling"), *(data.get(name) for name in SAMPLING_FIELDS))
-        settings = translator.settings(search, data.get("nbest"), limits.max_batch_tokens, sampling)
+        return translator.settings(search, data.get("nbest"), limits.max_batch_tokens, sampling)
     except SettingError as err:
         raise BadRequest(422, err.as_field()) from None
-    return lines, settings
+
+
+def parse_request(
+    body: bytes, limits: ServeLimits, translator: "Translator"
+) -> tuple[list[str], DecodeSettings]:
+    """The lines and decode settings of a POST /translate body in nmt's own shape."""
+    data = json_object(body)
+    lines = parse_lines(data, limits)
+    return lines, parse_settings(data, limits, translator)
+
+
+def route(
+    served: Sequence[Served], source: str | None, target: str | None, status: int = 422
+) -> tuple[Served, str | None]:
+    """The pair that translates `source` into `target`, and the source chosen for "auto" (the
+    only one served into `target`). Either may be left out where one pair fits."""
+    if len(served) == 1 and served[0].pair is None:  # a checkpoint that records no languages
+        return served[0], None
+    auto = source in (None, "auto")
+    fits = [
+        s
+        for s in served
+        if s.pair is not None and (auto or s.pair[0] == source) and (target is None or s.pair[1] == target)
+    ]
+    if len(fits) == 1:
+        pair = fits[0].pair
+        return fits[0], pair[0] if source == "auto" and pair is not None else None
+    names = ", ".join(s.name for s in served)
+    if not fits:
+        return_pair = f"{source or 'any source'} into {target or 'any target'}"
+        raise BadRequest(
+            status, f"source, target: no model translates {return_pair}; this server has {names}"
+        )
+    raise BadRequest(
+        status, f"source, target: several models fit ({', '.join(s.name for s in fits)}); name both languages"
+    )
 
 
 def describe_model(translator: "Translator", models: Sequence[Path]) -> dict[str, Any]:
-    """What GET /info tells about the model (fixed while the server runs)."""
+    """What GET /info tells about a language pair's model (fixed while the server runs)."""
     return {
         "version": __version__,
         "models": [str(path) for path in models],
@@ -126,77 +202,156 @@ def describe_model(translator: "Translator", models: Sequence[Path]) -> dict[str
     }
 
 
-def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[str, Any]) -> "FastAPI":
-    """The app; its lifespan starts the decoding thread and, on shutdown, decodes what is left."""
+def create_app(
+    models: Sequence[tuple["Translator", list[Path]]], limits: ServeLimits, keys: ApiKeys | None = None
+) -> "FastAPI":
+    """The app over one (translator, checkpoint paths) per language pair; its lifespan starts the
+    decoding threads and, on shutdown, decodes what is left."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
     from starlette.exceptions import HTTPException
 
-    batcher: Batcher[Hypotheses] = Batcher(
-        translator.translate_with,
-        lambda line: len(translator.src_spm.encode(line)) + 1,  # + EOS
-        limits.max_batch_tokens,
-        limits.max_wait_ms / 1000,
-        limits.max_queue,
-        on_batch=_log_batch,
-        decoders=translator.workers,  # one batch a worker: batches of a few lines are not split
-    )
+    metrics = Metrics()
+    served = [_served(translator, paths, limits, metrics) for translator, paths in models]
+    described = [{**describe_model(s.translator, s.paths), "pair": s.name} for s in served]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
+        for s in served:
+            s.batcher.start()
         yield
         # uvicorn has finished every open request by now; this decodes anything still queued.
-        await asyncio.to_thread(batcher.close)
-        stats = batcher.stats
-        log.info(
-            f"served {stats.requests} requests in {stats.batches} batches ({stats.merged_batches} merged)"
-        )
+        for s in served:
+            await asyncio.to_thread(s.batcher.close)
+            stats = s.batcher.stats
+            log.info(
+                f"{s.name}: served {stats.requests} requests in {stats.batches} batches "
+                f"({stats.merged_batches} merged)"
+            )
 
     def health() -> dict[str, Any]:
-        counters = dataclasses.asdict(batcher.stats)
+        counters = [dataclasses.asdict(s.batcher.stats) for s in served]
+        summed = {name: sum(c[name] for c in counters) for name in counters[0]}
+        summed["most_requests_in_a_batch"] = max(c["most_requests_in_a_batch"] for c in counters)
         return {
             "status": "ok",
-            "queued_lines": batcher.waiting_lines,
-            "truncated": translator.truncated,
-            **counters,
+            "queued_lines": sum(s.batcher.waiting_lines for s in served),
+            "truncated": sum(s.translator.truncated for s in served),
+            **summed,
         }
 
     app = FastAPI(
         title="nmt", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
+    app.add_middleware(CountRequests, metrics=metrics)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # 404, 405: JSON too
         return _error(exc.status_code, f"{request.url.path}: {exc.detail}", exc.headers)
+
+    def key_refusal(request: Request, given: Any = None, message: str = "") -> "JSONResponse | None":
+        """403 when keys are required and the request has no valid one (field or Bearer)."""
+        if keys is None:
+            return None
+        key = given if isinstance(given, str) and given else None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if key is None and scheme.lower() == "bearer":
+            key = token.strip()
+        if key is None:
+            key = request.query_params.get("api_key")
+        if keys.allows(key):
+            return None
+        return _error(
+            403, message or "api_key: missing or not valid; send api_key or Authorization: Bearer KEY"
+        )
 
     @app.get("/health")
     async def get_health() -> dict[str, Any]:
         return health()
 
     @app.get("/info")
-    async def get_info() -> dict[str, Any]:
-        return {
-            **model_info,
-            "limits": {**dataclasses.asdict(limits), "max_beam": MAX_BEAM},
-            "stats": health(),
-        }
+    async def get_info(request: Request) -> "Response":
+        refused = key_refusal(request)
+        if refused is not None:
+            return refused
+        return JSONResponse(
+            {
+                **described[0],
+                "models": [str(path) for s in served for path in s.paths],
+                "pairs": described,
+                "limits": {**dataclasses.asdict(limits), "max_beam": MAX_BEAM},
+                "stats": health(),
+            }
+        )
+
+    @app.get("/languages")
+    async def get_languages() -> JSONResponse:
+        return JSONResponse(libretranslate.languages([s.pair for s in served if s.pair is not None]))
+
+    @app.get("/metrics")
+    async def get_metrics(request: Request) -> "Response":
+        refused = key_refusal(request)
+        if refused is not None:
+            return refused
+        content, media_type = metrics.text()
+        return Response(content, media_type=media_type)
+
+    @app.get("/")
+    async def get_page() -> HTMLResponse:
+        from nmt_cli.serving import page
+
+        return HTMLResponse(page.html())
 
     @app.post("/translate")
     async def post_translate(request: Request) -> JSONResponse:
         try:
-            lines, settings = parse_request(
-                await _read_body(request, limits.max_body_bytes), limits, translator
-            )
-            future = batcher.submit(lines, settings)
-        except BadRequest as err:
+            body = await _read_body(request, limits.max_body_bytes)
+            content_type = request.headers.get("content-type", "")
+            query = dict(request.query_params)
+            form = content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+            if form or (query and not body.strip()):  # LibreTranslate's other request shapes
+                return await libre(request, libretranslate.fields(body, content_type, query))
+            data = json_object(body)
+            if libretranslate.is_libretranslate(data):
+                return await libre(request, {**query, **data})
+            lines = parse_lines(data, limits)
+            refused = key_refusal(request, data.get("api_key"))
+            if refused is not None:
+                return refused
+            pair, _ = route(served, data.get("source"), data.get("target"))
+            settings = parse_settings(data, limits, pair.translator)
+        except (BadRequest, libretranslate.Refused) as err:
             return _error(err.status, err.message)
+        results = await decode(request, pair, lines, settings)
+        if isinstance(results, JSONResponse):
+            return results
+        return _translations(results, settings.nbest)
+
+    async def libre(request: Request, data: Mapping[str, Any]) -> JSONResponse:
+        asked = libretranslate.parse(data, limits.max_lines, limits.max_input_chars)
+        refused = key_refusal(request, asked.api_key, "Invalid API key")
+        if refused is not None:
+            return refused
+        pair, detected = route(served, asked.source, asked.target, status=400)
+        settings = pair.translator.settings(batch_tokens=limits.max_batch_tokens)
+        lines = [text.replace("\x00", " ") for text in asked.texts]
+        results = await decode(request, pair, lines, settings)
+        if isinstance(results, JSONResponse):
+            return results
+        return JSONResponse(libretranslate.answer(asked, [hyps[0][0] for hyps in results], detected))
+
+    async def decode(
+        request: Request, pair: Served, lines: list[str], settings: DecodeSettings
+    ) -> "list[Hypotheses] | JSONResponse":
+        try:
+            future = pair.batcher.submit(lines, settings)
         except QueueFull as err:
             return _error(503, f"queue: full, {err}; retry later", {"Retry-After": str(RETRY_AFTER_S)})
         except Closed as err:
             return _error(503, f"server: {err}", {"Retry-After": str(RETRY_AFTER_S)})
         try:
-            results = await _unless_gone(request, asyncio.wrap_future(future))
+            results: list[Hypotheses] = await _unless_gone(request, asyncio.wrap_future(future))
+            return results
         except asyncio.CancelledError:  # the client went away: its lines are not decoded
             future.cancel()
             return _error(499, "client: went away before the answer")
@@ -205,9 +360,60 @@ def create_app(translator: "Translator", limits: ServeLimits, model_info: dict[s
         except Exception as err:
             log.exception("decoding failed")
             return _error(500, f"internal error: {type(err).__name__}: {err}")
-        return _translations(results, settings.nbest)
 
     return app
+
+
+def _served(translator: "Translator", paths: list[Path], limits: ServeLimits, metrics: Metrics) -> Served:
+    name = "-".join(translator.languages) if translator.languages else "model"
+
+    def on_batch(requests: int, lines: int, tokens: int, seconds: float) -> None:
+        metrics.batch(name, lines, tokens)
+        _log_batch(name, requests, lines, tokens, seconds)
+
+    batcher: Batcher[Hypotheses] = Batcher(
+        translator.translate_with,
+        lambda line: len(translator.src_spm.encode(line)) + 1,  # + EOS
+        limits.max_batch_tokens,
+        limits.max_wait_ms / 1000,
+        limits.max_queue,
+        on_batch=on_batch,
+        decoders=translator.workers,  # one batch a worker: batches of a few lines are not split
+    )
+    metrics.watch(name, lambda: batcher.waiting_lines, translator.workers_alive)
+    return Served(translator, paths, batcher)
+
+
+class CountRequests:
+    """ASGI middleware that counts every HTTP answer by route and status, with its latency. Plain
+    ASGI (not Starlette's BaseHTTPMiddleware), so that a handler still sees its client disconnect."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_counted(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        finally:
+            path = scope.get("path", "")
+            self.metrics.answered(path if path in ROUTES else "other", status, time.perf_counter() - start)
 
 
 async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:
@@ -259,7 +465,10 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def _log_batch(requests: int, lines: int, tokens: int, seconds: float) -> None:
+def _log_batch(pair: str, requests: int, lines: int, tokens: int, seconds: float) -> None:
     # Merged batches are the ones worth seeing; single ones only at debug level.
     level = logging.INFO if requests > 1 else logging.DEBUG
-    log.log(level, f"batch of {requests} requests, {lines} lines, {tokens} tokens: {seconds * 1000:.0f} ms")
+    log.log(
+        level,
+        f"{pair}: batch of {requests} requests, {lines} lines, {tokens} tokens: {seconds * 1000:.0f} ms",
+    )

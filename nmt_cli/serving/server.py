@@ -4,6 +4,7 @@ running the app until SIGINT or SIGTERM, after which every request in flight is 
 import contextlib
 import copy
 import logging
+import re
 import signal
 import socket
 from collections.abc import Generator
@@ -18,6 +19,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nmt_cli.serving")
 BACKLOG = 2048  # uvicorn's own default
+API_KEY_IN_QUERY = re.compile(r"((?:^|[?&])api_key=)[^&#]*")
+
+
+class HideKeys(logging.Filter):
+    """Blanks the value of api_key in the query strings of uvicorn's access log (LibreTranslate
+    clients such as deep-translator send it there), so that no key is written to a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                API_KEY_IN_QUERY.sub(r"\1***", arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -51,6 +65,8 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
     log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     level = "warning" if quiet else "info"
     log_config["loggers"]["nmt_cli"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    log_config["filters"] = {"hide_keys": {"()": HideKeys}}
+    log_config["handlers"]["access"]["filters"] = ["hide_keys"]
     # A backstop against a flood of connections (each may hold a body in memory): every queued or
     # decoding request has at least one line, so more than twice --max-queue is never needed.
     config = uvicorn.Config(

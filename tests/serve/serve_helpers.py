@@ -1,5 +1,5 @@
 """A real `nmt serve` process for the tests: started on 127.0.0.1 with --port 0 (the bound port is
-read from its startup line), one torch thread, its stderr collected as it runs; stopped with
+read from its startup line), one torch thread, its stderr and stdout collected as it runs; stopped with
 SIGTERM (then SIGKILL) when the test is done with it."""
 
 from __future__ import annotations
@@ -67,14 +67,15 @@ def running_server(checkpoint: Path, *options: object) -> Iterator[Server]:
         "fp32",
         *options,
     )
-    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    # stdout too: uvicorn writes its access log there.
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
     process = subprocess.Popen(command, env=subprocess_env(), text=True, **streams)
     server = Server(process)
     ready = threading.Event()
 
     def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
+        assert process.stdout is not None
+        for line in process.stdout:
             server.log.append(line)
             found = LISTENING.search(line)
             if found:

@@ -1,0 +1,133 @@
+"""LibreTranslate's HTTP API, which self-hosted translation clients speak (Mastodon,
+wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on `nmt serve`.
+
+    POST /translate  q (a string or a list of strings), source (a language code, or "auto" for the
+                     one source that has a model into `target`), target, format ("text"; "html"
+                     is refused), api_key, alternatives (0 only): as a JSON object, as a form, or
+                     in the query string, as LibreTranslate takes them
+                     -> {"translatedText": "..."} (a list for a list), with "detectedLanguage"
+                     when the source was "auto"
+    GET  /languages  [{"code": "en", "name": "English", "targets": ["de"]}, ...]
+
+Errors are LibreTranslate's: {"error": "..."} with 400 for a bad request, 403 for a missing or
+unknown key, 503 when busy. This module only reads requests; the app routes and decodes them.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+
+# Names for /languages (LibreTranslate's clients show them); other codes are named by their code.
+NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian",
+    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
+    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian",
+    "lv": "Latvian", "nb": "Norwegian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
+    "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish", "th": "Thai",
+    "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
+}  # fmt: skip
+
+
+class Refused(Exception):
+    """A request LibreTranslate's clients should see refused: a status and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Request:
+    texts: list[str]
+    single: bool
+    """q was one string (answered with one string), not a list."""
+    source: str
+    target: str
+    api_key: str | None
+
+
+def fields(body: bytes, content_type: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The request's fields from its query string, then its body (JSON or a form), the body
+    winning, as LibreTranslate reads them."""
+    found: dict[str, Any] = dict(query)
+    if not body.strip():
+        return found
+    if content_type.split(";")[0].strip().lower() == "application/json":
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            raise Refused(400, "Invalid request: the body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise Refused(400, "Invalid request: the body must be a JSON object")
+        return {**found, **data}
+    try:
+        form = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise Refused(400, "Invalid request: the body is not valid UTF-8") from None
+    # A repeated q is a list of texts, as a form can send it (q=a&q=b); other fields take one value.
+    return {**found, **{k: v if k == "q" and len(v) > 1 else v[-1] for k, v in form.items()}}
+
+
+def is_libretranslate(data: Mapping[str, Any]) -> bool:
+    """A LibreTranslate request (q, or only its fields) rather than nmt's own ({"text": [...]})."""
+    return "text" not in data and ("q" in data or (bool(data) and set(data) <= set(FIELDS)))
+
+
+def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
+    """The texts, languages and key of a LibreTranslate request; Refused for anything else."""
+    q = data.get("q")
+    if q is None:
+        raise Refused(400, "Invalid request: missing q parameter")
+    single = isinstance(q, str)
+    texts = [q] if single else q
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise Refused(400, "Invalid request: q must be a string or a list of strings")
+    if len(texts) > max_lines:
+        raise Refused(400, f"Invalid request: q has {len(texts)} texts; at most {max_lines}")
+    for i, text in enumerate(texts):
+        if len(text) > max_chars:
+            raise Refused(400, f"Invalid request: q[{i}] has {len(text)} characters; at most {max_chars}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Refused(400, f"Invalid request: q[{i}] is not valid Unicode") from None
+    source, target = data.get("source"), data.get("target")
+    for name, value in (("source", source), ("target", target)):
+        if not isinstance(value, str) or not value:
+            raise Refused(400, f"Invalid request: missing {name} parameter")
+    form = data.get("format", "text")
+    if form == "html":
+        raise Refused(400, "Invalid request: format html is not supported; send plain text (format text)")
+    if form != "text":
+        raise Refused(400, f"Invalid request: format {form!r}: use text")
+    if str(data.get("alternatives", 0)) not in ("0", ""):
+        raise Refused(400, "Invalid request: alternatives are not supported; leave alternatives at 0")
+    key = data.get("api_key")
+    return Request(texts, single, str(source), str(target), key if isinstance(key, str) and key else None)
+
+
+def answer(request: Request, translations: list[str], detected: str | None) -> dict[str, Any]:
+    """The response body, in the shape of the request's q."""
+    body: dict[str, Any] = {"translatedText": translations[0] if request.single else translations}
+    if detected is not None:
+        # Not detected from the text: the only source language served into the target.
+        body["detectedLanguage"] = {"language": detected, "confidence": 100.0}
+    return body
+
+
+def languages(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """GET /languages: every language served, as a source, with the targets it has models into;
+    a language that is only a target is listed with no targets."""
+    codes = list(dict.fromkeys(code for pair in pairs for code in pair))
+    return [
+        {"code": code, "name": NAMES.get(code, code), "targets": [t for s, t in pairs if s == code]}
+        for code in codes
+    ]

@@ -1,0 +1,246 @@
+"""`nmt serve` with two language pairs (en-de: the copy task; de-en: the words reversed), spoken to
+by LibreTranslate's own Python clients (`libretranslatepy`, `deep-translator`) and by nmt's own
+request shape: each request is routed to the pair it names and answered as the Python API answers
+with that pair's checkpoint; API keys are accepted and refused in both shapes and never logged;
+/metrics parses with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import signal
+import time
+import urllib.error
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import nmt, one_line_error, one_thread, sentences, train_args, write_split
+from serve_helpers import Server, running_server
+
+from nmt_cli import Translator
+
+UPDATES = 400
+LINES = ["apple river stone", "green music", "paper tiger silver window"]
+KEY = "k3y-0f-the-tests"
+
+
+@dataclass(frozen=True)
+class Pairs:
+    en_de: Path
+    de_en: Path
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
+    """Two tiny models with ISO language codes (deep-translator checks them): en-de copies its
+    input, de-en reverses the order of its words, so that a request sent to the wrong pair shows."""
+    root = tmp_path_factory.mktemp("pairs")
+    made = {}
+    for src, tgt, flip in (("en", "de", False), ("de", "en", True)):
+        raw = root / f"raw_{src}{tgt}"
+        raw.mkdir()
+        for name, n, seed in (("train", 2000, 0), ("valid", 40, 1)):
+            lines = sentences(n, seed)
+            targets = [" ".join(reversed(line.split())) for line in lines] if flip else lines
+            write_split(raw / name, lines, targets)
+        data = root / f"data_{src}{tgt}"
+        prepare = ["-q", "prepare", "--train", raw / "train", "--valid", raw / "valid", "--src", src]
+        prepare += ["--tgt", tgt, "--out", data, "--vocab-size", 100, "--no-byte-fallback"]
+        # write_split names the files .src and .tgt; prepare reads PREFIX.<language>
+        for name in ("train", "valid"):
+            (raw / f"{name}.src").rename(raw / f"{name}.{src}")
+            (raw / f"{name}.tgt").rename(raw / f"{name}.{tgt}")
+        assert nmt(*prepare) == 0
+        run = root / f"run_{src}{tgt}"
+        assert nmt(*train_args(data, run, "model.dropout=0.0", f"train.max_updates={UPDATES}")) == 0
+        made[src + tgt] = run / "checkpoints" / "checkpoint_last.pt"
+    return Pairs(made["ende"], made["deen"])
+
+
+@pytest.fixture(scope="module")
+def offline(pairs: Pairs) -> dict[str, Translator]:
+    with one_thread():
+        return {
+            "en-de": Translator.load(pairs.en_de, device="cpu", precision="fp32"),
+            "de-en": Translator.load(pairs.de_en, device="cpu", precision="fp32"),
+        }
+
+
+def expected(offline: dict[str, Translator], pair: str, lines: list[str]) -> list[str]:
+    with one_thread():
+        return offline[pair].translate(lines)
+
+
+@pytest.fixture(scope="module")
+def server(pairs: Pairs) -> Iterator[Server]:
+    with running_server(pairs.en_de, "-m", pairs.de_en, "--workers", 1) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keyed(pairs: Pairs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    keys = tmp_path_factory.mktemp("keys") / "keys.txt"
+    keys.write_text(f"# who may translate\n{KEY}\n\nanother-key\n", encoding="utf-8")
+    with running_server(pairs.en_de, "-m", pairs.de_en, "--workers", 1, "--api-keys", keys) as running:
+        yield running, keys
+
+
+def test_the_two_pairs_translate_differently(offline: dict[str, Translator]) -> None:
+    # Otherwise a misrouted request could not be told from a routed one.
+    assert expected(offline, "en-de", LINES) != expected(offline, "de-en", LINES)
+
+
+def test_libretranslatepy_translates_through_each_pair(
+    server: Server, offline: dict[str, Translator]
+) -> None:
+    from libretranslatepy import LibreTranslateAPI
+
+    client = LibreTranslateAPI(server.url)
+    for line in LINES:
+        assert client.translate(line, "en", "de") == expected(offline, "en-de", [line])[0]
+        assert client.translate(line, "de", "en") == expected(offline, "de-en", [line])[0]
+    languages = {lang["code"]: lang for lang in client.languages()}
+    assert languages["en"]["targets"] == ["de"] and languages["de"]["targets"] == ["en"]
+    assert languages["en"]["name"] == "English"
+
+
+def test_deep_translator_translates_through_each_pair(server: Server, offline: dict[str, Translator]) -> None:
+    from deep_translator import LibreTranslator
+
+    # deep-translator sends its fields in the query string of a POST with no body.
+    to_german = LibreTranslator(source="en", target="de", api_key="any", custom_url=server.url + "/")
+    to_english = LibreTranslator(source="de", target="en", api_key="any", custom_url=server.url + "/")
+    assert to_german.translate(LINES[0]) == expected(offline, "en-de", LINES[:1])[0]
+    assert to_english.translate_batch(LINES) == expected(offline, "de-en", LINES)
+
+
+def test_a_list_q_and_an_auto_source(server: Server, offline: dict[str, Translator]) -> None:
+    response = server.post({"q": LINES, "source": "auto", "target": "en"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["translatedText"] == expected(offline, "de-en", LINES)
+    assert body["detectedLanguage"]["language"] == "de"
+
+
+def test_nmt_requests_name_their_pair_when_several_are_served(
+    server: Server, offline: dict[str, Translator]
+) -> None:
+    response = server.post({"text": LINES, "source": "de", "target": "en", "beam": 2})
+    assert response.status_code == 200, response.text
+    with one_thread():
+        assert response.json()["translations"] == offline["de-en"].translate(LINES, beam=2)
+    unnamed = server.post({"text": LINES})
+    assert unnamed.status_code == 422
+    assert unnamed.json()["error"].startswith("source, target: several models fit (en-de, de-en)")
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"source": "en", "target": "de"}, "Invalid request: missing q parameter"),
+        ({"q": "apple", "source": "en"}, "Invalid request: missing target parameter"),
+        ({"q": "apple", "source": "en", "target": "fr"}, "source, target: no model translates en into fr"),
+        ({"q": "apple", "source": "en", "target": "de", "format": "html"}, "Invalid request: format html"),
+        (
+            {"q": ["apple", 3], "source": "en", "target": "de"},
+            "Invalid request: q must be a string or a list",
+        ),
+    ],
+)
+def test_libretranslate_errors_are_400_with_its_error_shape(server: Server, body: dict, error: str) -> None:
+    response = server.post(body)
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(error)
+
+
+def test_keys_are_needed_in_both_shapes(keyed: tuple[Server, Path], offline: dict[str, Translator]) -> None:
+    from deep_translator import LibreTranslator
+    from deep_translator.exceptions import AuthorizationException
+    from libretranslatepy import LibreTranslateAPI
+
+    server, _ = keyed
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        LibreTranslateAPI(server.url).translate(LINES[0], "en", "de")
+    assert refused.value.code == 403
+    assert (
+        LibreTranslateAPI(server.url, KEY).translate(LINES[0], "en", "de")
+        == expected(offline, "en-de", LINES[:1])[0]
+    )
+    with pytest.raises(AuthorizationException):
+        LibreTranslator(source="en", target="de", api_key="wrong", custom_url=server.url + "/").translate(
+            "apple"
+        )
+    client = LibreTranslator(source="en", target="de", api_key=KEY, custom_url=server.url + "/")
+    assert client.translate(LINES[1]) == expected(offline, "en-de", LINES[1:2])[0]
+
+    native = {"text": LINES[:1], "source": "en", "target": "de"}
+    assert server.post(native).status_code == 403
+    assert server.post({**native, "api_key": "nope"}).status_code == 403
+    assert server.post({**native, "api_key": KEY}).status_code == 200
+    bearer = httpx.post(server.url + "/translate", json=native, headers={"Authorization": f"Bearer {KEY}"})
+    assert bearer.status_code == 200
+    assert bearer.json()["translations"] == expected(offline, "en-de", LINES[:1])
+    for path in ("/info", "/metrics"):
+        assert server.get(path).status_code == 403
+        assert httpx.get(server.url + path, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert server.get("/health").status_code == 200 and server.get("/languages").status_code == 200
+    # deep-translator sent its key in the query string: the access log shows it blanked.
+    assert "api_key=***" in server.text()
+    assert KEY not in server.text() and "wrong" not in server.text()
+
+
+def test_sighup_reloads_the_keys(keyed: tuple[Server, Path]) -> None:
+    server, keys = keyed
+    native = {"text": LINES[:1], "source": "en", "target": "de"}
+    keys.write_text("a-new-key\n", encoding="utf-8")
+    server.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while server.post({**native, "api_key": "a-new-key"}).status_code != 200:
+        assert time.monotonic() < deadline, server.text()
+        time.sleep(0.05)
+    assert server.post({**native, "api_key": KEY}).status_code == 403
+    # A file that cannot be read keeps the keys in use.
+    keys.unlink()
+    server.process.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert server.post({**native, "api_key": "a-new-key"}).status_code == 200
+    assert server.process.poll() is None
+
+
+def test_metrics_parse_with_prometheus_clients_parser(server: Server) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    before = _samples(server)
+    for _ in range(3):
+        assert server.post({"q": LINES, "source": "en", "target": "de"}).status_code == 200
+    assert server.post({"q": "x", "source": "en", "target": "xx"}).status_code == 400
+    after = _samples(server)
+    ok = ("nmt_requests_total", (("route", "/translate"), ("status", "200")))
+    assert after[ok] - before.get(ok, 0) == 3
+    bad = ("nmt_requests_total", (("route", "/translate"), ("status", "400")))
+    assert after[bad] - before.get(bad, 0) == 1
+    lines = ("nmt_lines_translated_total", (("pair", "en-de"),))
+    assert after[lines] - before.get(lines, 0) == 3 * len(LINES)
+    assert after[("nmt_queued_lines", (("pair", "de-en"),))] == 0
+    assert after[("nmt_workers_alive", (("pair", "en-de"),))] == 1
+    families = {f.name for f in text_string_to_metric_families(server.get("/metrics").text)}
+    assert {"nmt_request_seconds", "nmt_batch_lines", "nmt_source_tokens_translated"} <= families
+
+
+def _samples(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = server.get("/metrics")
+    assert response.status_code == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def test_a_public_address_without_keys_is_refused(pairs: Pairs, capsys: pytest.CaptureFixture[str]) -> None:
+    assert nmt("serve", "-m", pairs.en_de, "--host", "0.0.0.0", "--port", 0) == 2
+    line = one_line_error(capsys)
+    assert "--host 0.0.0.0: reachable beyond this machine" in line and "--allow-anonymous" in line
