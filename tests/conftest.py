@@ -239,3 +239,34 @@ def listed(trained: TrainedRun, corpus: Corpus, tmp_path_factory: pytest.TempPat
     )  # fmt: skip
     assert code == 0
     return out
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Two tiny models with ISO language codes, for a server of several language pairs: en-de
+    copies its input and de-en reverses the order of its words, so that a misrouted request shows."""
+
+    en_de: Path
+    de_en: Path
+
+
+@pytest.fixture(scope="session")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
+    root = tmp_path_factory.mktemp("pairs")
+    made = {}
+    for src, tgt, flip in (("en", "de", False), ("de", "en", True)):
+        raw = root / f"raw_{src}{tgt}"
+        raw.mkdir()
+        for name, n, seed in (("train", 2000, 0), ("valid", 40, 1)):
+            lines = sentences(n, seed)
+            write_split(raw / name, lines, [" ".join(reversed(x.split())) for x in lines] if flip else lines)
+            # prepare reads PREFIX.<language>
+            (raw / f"{name}.src").rename(raw / f"{name}.{src}")
+            (raw / f"{name}.tgt").rename(raw / f"{name}.{tgt}")
+        data = root / f"data_{src}{tgt}"
+        prepare = ["-q", "prepare", "--train", raw / "train", "--valid", raw / "valid", "--src", src]
+        assert nmt(*prepare, "--tgt", tgt, "--out", data, "--vocab-size", 100, "--no-byte-fallback") == 0
+        run = root / f"run_{src}{tgt}"
+        assert nmt(*train_args(data, run, "model.dropout=0.0", "train.max_updates=400")) == 0
+        made[src + tgt] = run / "checkpoints" / "checkpoint_last.pt"
+    return Pairs(made["ende"], made["deen"])

@@ -10,52 +10,17 @@ import signal
 import time
 import urllib.error
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import nmt, one_line_error, one_thread, sentences, train_args, write_split
+from conftest import Pairs, nmt, one_line_error, one_thread
 from serve_helpers import Server, running_server
 
 from nmt_cli import Translator
 
-UPDATES = 400
 LINES = ["apple river stone", "green music", "paper tiger silver window"]
 KEY = "k3y-0f-the-tests"
-
-
-@dataclass(frozen=True)
-class Pairs:
-    en_de: Path
-    de_en: Path
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
-    """Two tiny models with ISO language codes (deep-translator checks them): en-de copies its
-    input, de-en reverses the order of its words, so that a request sent to the wrong pair shows."""
-    root = tmp_path_factory.mktemp("pairs")
-    made = {}
-    for src, tgt, flip in (("en", "de", False), ("de", "en", True)):
-        raw = root / f"raw_{src}{tgt}"
-        raw.mkdir()
-        for name, n, seed in (("train", 2000, 0), ("valid", 40, 1)):
-            lines = sentences(n, seed)
-            targets = [" ".join(reversed(line.split())) for line in lines] if flip else lines
-            write_split(raw / name, lines, targets)
-        data = root / f"data_{src}{tgt}"
-        prepare = ["-q", "prepare", "--train", raw / "train", "--valid", raw / "valid", "--src", src]
-        prepare += ["--tgt", tgt, "--out", data, "--vocab-size", 100, "--no-byte-fallback"]
-        # write_split names the files .src and .tgt; prepare reads PREFIX.<language>
-        for name in ("train", "valid"):
-            (raw / f"{name}.src").rename(raw / f"{name}.{src}")
-            (raw / f"{name}.tgt").rename(raw / f"{name}.{tgt}")
-        assert nmt(*prepare) == 0
-        run = root / f"run_{src}{tgt}"
-        assert nmt(*train_args(data, run, "model.dropout=0.0", f"train.max_updates={UPDATES}")) == 0
-        made[src + tgt] = run / "checkpoints" / "checkpoint_last.pt"
-    return Pairs(made["ende"], made["deen"])
 
 
 @pytest.fixture(scope="module")
