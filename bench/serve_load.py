@@ -2,26 +2,34 @@
 
 Starts `nmt serve` on 127.0.0.1 with the benchmark's 15-minute bf16 model (or --model), and for
 each client count sends single-line requests (test_2016_flickr.en, in order, each line once, or
-until --seconds) from an asyncio loop with httpx, one connection per client. Reports sentences/s,
-p50/p95/p99 latency, errors, 503s, the server's batches (and how many merged several requests), and
-how many answers differ from an offline `Translator.translate` of the same lines at the same beam.
-The offline figures come first: sentences/s over the same lines, and the p50 latency of a direct
-one-line call, so that the targets can be checked: 16 clients at >= 70% of the offline
-sentences/s, and a lone request's p50 (1 client) at <= 1.5x the direct call's.
-Clients and server share the machine's cores: client CPU time counts against the server.
+until --seconds) from one of two kinds of client, one connection per client: `asyncio` (an
+asyncio loop with httpx) and `threads` (one thread per client with the standard library's
+http.client). Reports sentences/s, p50/p95/p99 latency, errors, 503s, the server's batches (and
+how many merged several requests), how many answers differ from an offline
+`Translator.translate` of the same lines at the same beam, and the CPU time per request of the
+client, of the server's HTTP process and of its decoding workers: clients and server share the
+machine's cores, so a client's own CPU time counts against the server. The offline figures come
+first: sentences/s over the same lines, and the p50 latency of a direct one-line call, so that
+the targets can be checked: 64 clients at >= 0.6x the offline sentences/s with a p99 <= 1 s,
+16 clients at >= 0.5x, and a lone request's p50 (1 client) at <= 1.2x the direct call's.
     .venv/bin/python bench/serve_load.py [--model M.pt] [--clients 1 4 16 64] [--seconds 30]
+        [--client asyncio threads]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -48,20 +56,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lines", type=int, default=1000, help="test lines used (each sent once a level)")
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per client count")
     parser.add_argument("--max-wait-ms", type=float, help="the server's (default: its own default)")
+    parser.add_argument("--client", nargs="+", choices=["asyncio", "threads"], default=["asyncio", "threads"])
     args = parser.parse_args(argv)
     model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
     lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
-    result: dict = {"serve_precision": args.precision, "serve_beam": args.beam}
+    result: dict = {"serve_precision": args.precision, "serve_beam": args.beam, "serve_model": str(model)}
     reference = offline_figures(model, lines, args, result)
     server, url = start_server(model, args)
     try:
-        for clients in args.clients:
-            result.update(load(url, lines, reference, clients, args))
+        for kind in args.client:
+            for clients in args.clients:
+                result.update(load(url, server.pid, lines, reference, clients, kind, args))
     finally:
         server.send_signal(signal.SIGTERM)
         result["serve_exit_code"] = server.wait(120)
-    result["serve_16_vs_offline"] = _ratio(result.get("serve_c16_sent_s"), result["serve_offline_sent_s"])
-    result["serve_lone_p50_vs_direct"] = _ratio(result.get("serve_c1_p50_ms"), result["serve_direct_p50_ms"])
+    offline = result["serve_offline_sent_s"]
+    for kind in args.client:
+        for clients in (16, 64):
+            ratio = _ratio(result.get(f"serve_{kind}_c{clients}_sent_s"), offline)
+            result[f"serve_{kind}_c{clients}_vs_offline"] = ratio
+        lone = _ratio(result.get(f"serve_{kind}_c1_p50_ms"), result["serve_direct_p50_ms"])
+        result[f"serve_{kind}_lone_p50_vs_direct"] = lone
     emit(result)
     return result
 
@@ -120,13 +135,27 @@ def start_server(model: Path, args: argparse.Namespace) -> tuple[subprocess.Pope
     return server, found[0]
 
 
-def load(url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace) -> dict:
-    """Send each line once from `clients` concurrent clients (or until --seconds); the figures."""
+def load(
+    url: str,
+    server_pid: int,
+    lines: list[str],
+    reference: list[str],
+    clients: int,
+    kind: str,
+    args: argparse.Namespace,
+) -> dict:
+    """Send each line once from `clients` concurrent clients of `kind` (or until --seconds)."""
     before = httpx.get(f"{url}/health").json()
-    latencies, statuses, differ, seconds = asyncio.run(_clients(url, lines, reference, clients, args))
+    server_before, workers_before = _cpu_seconds(server_pid)
+    client_before = time.process_time()
+    run = _async_clients if kind == "asyncio" else _thread_clients
+    latencies, statuses, differ, seconds = run(url, lines, reference, clients, args)
+    client_cpu = time.process_time() - client_before
+    server_after, workers_after = _cpu_seconds(server_pid)
     after = httpx.get(f"{url}/health").json()
     ok = statuses.count(200)
-    tag = f"serve_c{clients}"
+    tag = f"serve_{kind}_c{clients}"
+    per_request = 1000 / max(len(statuses), 1)
     figures = {
         f"{tag}_sent_s": round(ok / seconds, 1),
         f"{tag}_requests": len(statuses),
@@ -135,10 +164,40 @@ def load(url: str, lines: list[str], reference: list[str], clients: int, args: a
         f"{tag}_differ": differ,
         f"{tag}_batches": after["batches"] - before["batches"],
         f"{tag}_merged_batches": after["merged_batches"] - before["merged_batches"],
+        f"{tag}_client_cpu_ms_per_request": round(client_cpu * per_request, 2),
+        f"{tag}_server_cpu_ms_per_request": round((server_after - server_before) * per_request, 2),
+        f"{tag}_workers_cpu_ms_per_request": round((workers_after - workers_before) * per_request, 2),
     }
     for p in (50, 95, 99):
         figures[f"{tag}_p{p}_ms"] = round(1000 * float(np.percentile(latencies, p)), 1) if latencies else None
     return figures
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU time (user + system) of the process `pid`, and of its child processes (the decoding
+    workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def own(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return own(pid), sum(own(c) for c in children)
+
+
+def _async_clients(
+    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], int, float]:
+    return asyncio.run(_clients(url, lines, reference, clients, args))
 
 
 async def _clients(
@@ -173,6 +232,64 @@ async def _clients(
 
         await asyncio.gather(*(one_client() for _ in range(clients)))
         return latencies, statuses, differ, time.perf_counter() - start
+
+
+def _thread_clients(
+    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], int, float]:
+    """One thread per client, each with its own keep-alive connection (http.client)."""
+    address = urllib.parse.urlsplit(url)
+    latencies: list[float] = []
+    statuses: list[int] = []
+    differ = [0]
+    todo = iter(range(len(lines)))
+    lock = threading.Lock()
+    headers = {"Content-Type": "application/json"}
+    begin, go = threading.Barrier(clients + 1), threading.Event()
+    deadline = [0.0]
+
+    def one_client() -> None:
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=300)
+        connection.request("POST", "/translate", json.dumps({"text": [lines[0]]}), headers)  # warm-up
+        connection.getresponse().read()
+        begin.wait()
+        go.wait()
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None or time.perf_counter() > deadline[0]:
+                break
+            sent = time.perf_counter()
+            try:
+                connection.request(
+                    "POST", "/translate", json.dumps({"text": [lines[i]], "beam": args.beam}), headers
+                )
+                response = connection.getresponse()
+                body = response.read()
+            except (OSError, http.client.HTTPException):
+                with lock:
+                    statuses.append(-1)
+                connection.close()
+                connection = http.client.HTTPConnection(address.hostname, address.port, timeout=300)
+                continue
+            took = time.perf_counter() - sent
+            with lock:
+                statuses.append(response.status)
+                if response.status == 200:
+                    latencies.append(took)
+                    differ[0] += json.loads(body)["translations"] != [reference[i]]
+        connection.close()
+
+    threads = [threading.Thread(target=one_client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    begin.wait()
+    start = time.perf_counter()
+    deadline[0] = start + args.seconds
+    go.set()
+    for thread in threads:
+        thread.join()
+    return latencies, statuses, differ[0], time.perf_counter() - start
 
 
 def _ratio(value: float | None, base: float) -> float | None:

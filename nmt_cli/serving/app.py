@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 EXTRA = "pip install 'nmt-cli[serve]'"
 RETRY_AFTER_S = 1
-DISCONNECT_CHECK_S = 0.05
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 FIELDS = ("text", "source", "target", "api_key", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
 ROUTES = ("/", "/translate", "/languages", "/health", "/info", "/metrics")
@@ -418,13 +417,22 @@ class CountRequests:
 
 async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:
     """The answer, unless the client disconnects first (then CancelledError): a request still
-    queued is then dropped before it is decoded; one being decoded finishes for nobody."""
-    while True:
-        done, _ = await asyncio.wait({answer}, timeout=DISCONNECT_CHECK_S)
-        if done:
-            return answer.result()
-        if await request.is_disconnected():
-            raise asyncio.CancelledError
+    queued is then dropped before it is decoded; one being decoded finishes for nobody. The body
+    has been read, so the next ASGI message is the disconnect: awaited, not polled, so that many
+    waiting requests cost the event loop nothing."""
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answer in done:
+        return answer.result()
+    raise asyncio.CancelledError
+
+
+async def _disconnect(request: "Request") -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(request: "Request", limit: int) -> bytes:
