@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per client count")
     parser.add_argument("--max-wait-ms", type=float, help="the server's (default: its own default)")
     parser.add_argument("--client", nargs="+", choices=["asyncio", "threads"], default=["asyncio", "threads"])
+    parser.add_argument(
+        "--overload",
+        type=int,
+        default=8,
+        help="then 64 thread clients on a server of this --max-queue (0: skip)",
+    )
     args = parser.parse_args(argv)
     model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
     lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         server.send_signal(signal.SIGTERM)
         result["serve_exit_code"] = server.wait(120)
+    if args.overload:
+        result.update(overload(model, lines, reference, args))
     offline = result["serve_offline_sent_s"]
     for kind in args.client:
         for clients in (16, 64):
@@ -109,11 +117,15 @@ def offline_figures(model: Path, lines: list[str], args: argparse.Namespace, res
     return reference
 
 
-def start_server(model: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    model: Path, args: argparse.Namespace, max_queue: int | None = None
+) -> tuple[subprocess.Popen[str], str]:
     command = [sys.executable, "-m", "nmt_cli", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
     command += ["--precision", args.precision]  # and the default workers, as `nmt translate`
     if args.max_wait_ms is not None:
         command += ["--max-wait-ms", f"{args.max_wait_ms:g}"]
+    if max_queue is not None:
+        command += ["--max-queue", str(max_queue), "--max-lines", str(max_queue)]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     found: list[str] = []
     ready = threading.Event()
@@ -171,6 +183,46 @@ def load(
     for p in (50, 95, 99):
         figures[f"{tag}_p{p}_ms"] = round(1000 * float(np.percentile(latencies, p)), 1) if latencies else None
     return figures
+
+
+def overload(model: Path, lines: list[str], reference: list[str], args: argparse.Namespace) -> dict:
+    """64 thread clients that do not back off, against a server whose queue holds --overload
+    lines, for --seconds twice: the 503s, any other error, and the server's resident memory
+    (with its workers) after the first round and after the second, which should not grow."""
+    server, url = start_server(model, args, max_queue=args.overload)
+    many, expected = lines * 20, reference * 20  # 503s are quick: enough lines for --seconds
+    try:
+        load(url, server.pid, many, expected, 64, "threads", args)
+        before = _rss_mb(server.pid)
+        figures = load(url, server.pid, many, expected, 64, "threads", args)
+        figures = {k.replace("serve_threads_c64", "serve_overload"): v for k, v in figures.items()}
+        retry = httpx.post(f"{url}/translate", json={"text": lines[:1]})  # a lone one is served
+        figures["serve_overload_rss_mb_before"] = before
+        figures["serve_overload_rss_mb_after"] = _rss_mb(server.pid)
+        figures["serve_overload_lone_status"] = retry.status_code
+        figures["serve_overload_max_queue"] = args.overload
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(120)
+    return figures
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of the server process and its workers, in MB."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    total = 0
+    for p in pids:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    return round(total / 1024, 1)
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:
