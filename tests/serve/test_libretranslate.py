@@ -209,3 +209,27 @@ def test_a_public_address_without_keys_is_refused(pairs: Pairs, capsys: pytest.C
     assert nmt("serve", "-m", pairs.en_de, "--host", "0.0.0.0", "--port", 0) == 2
     line = one_line_error(capsys)
     assert "--host 0.0.0.0: reachable beyond this machine" in line and "--allow-anonymous" in line
+
+
+def test_checkpoints_are_grouped_by_their_language_pair(pairs: Pairs, tmp_path: Path) -> None:
+    import dataclasses
+
+    import torch
+
+    from nmt_cli import checkpoint
+    from nmt_cli.decoding.translator import load_translators
+    from nmt_cli.errors import InputError
+
+    cpu = torch.device("cpu")
+    loaded = load_translators([pairs.en_de, pairs.de_en, pairs.en_de], cpu, "fp32")
+    assert [(t.languages, paths) for t, paths in loaded] == [
+        (("en", "de"), [pairs.en_de, pairs.en_de]),  # one pair twice: an ensemble of two
+        (("de", "en"), [pairs.de_en]),
+    ]
+    assert len(loaded[0][0].ensemble.models) == 2
+    # An older checkpoint that records no languages: alone it is served, beside others it is not.
+    unnamed = tmp_path / "unnamed.pt"
+    checkpoint.save(dataclasses.replace(checkpoint.load(pairs.en_de), languages=None), unnamed)
+    assert [t.languages for t, _ in load_translators([unnamed], cpu, "fp32")] == [None]
+    with pytest.raises(InputError, match="records no languages"):
+        load_translators([pairs.en_de, unnamed], cpu, "fp32")
