@@ -209,14 +209,8 @@ def overload(model: Path, lines: list[str], reference: list[str], args: argparse
 
 def _rss_mb(pid: int) -> float:
     """Resident memory of the server process and its workers, in MB."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            pids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
     total = 0
-    for p in pids:
+    for p in [pid, *_children(pid)]:
         try:
             status = Path(f"/proc/{p}/status").read_text()
         except OSError:
@@ -237,13 +231,18 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / tick
 
+    return own(pid), sum(own(c) for c in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (the server's decoding workers)."""
     children = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
+        except OSError:  # a thread that ended meanwhile
             continue
-    return own(pid), sum(own(c) for c in children)
+    return children
 
 
 def _async_clients(
