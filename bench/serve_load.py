@@ -39,7 +39,7 @@ from common import DEFAULT_DATA, ROOT, THREADS, emit
 from time_to_bleu import trained_model
 
 from nmt_cli.config import RuntimeConfig
-from nmt_cli.decoding.translator import Translator, decoding_workers
+from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision
 from nmt_cli.device import configure_cpu
 
 LISTENING = re.compile(r"listening on (http://\S+)")
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--minutes", type=float, default=15.0, help="training time of the cached model")
     parser.add_argument("--model", type=Path, help="default: the cached 15-minute bf16 model")
-    parser.add_argument("--precision", default="bf16", help="of the server and the offline reference")
+    parser.add_argument(
+        "--precision", help="of the server and the offline reference (default: nmt's own on this CPU)"
+    )
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--lines", type=int, default=1000, help="test lines used (each sent once a level)")
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="then 64 thread clients on a server of this --max-queue (0: skip)",
     )
     args = parser.parse_args(argv)
+    args.precision = args.precision or default_precision(torch.device("cpu"))
     model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
     lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
     result: dict = {"serve_precision": args.precision, "serve_beam": args.beam, "serve_model": str(model)}
