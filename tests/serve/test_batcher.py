@@ -155,3 +155,30 @@ def test_two_decoding_threads_decode_two_batches_at_once() -> None:
     assert results(futures) == [["LINE 0"], ["LINE 1"]]
     batcher.close()
     assert sorted(calls) == [["line 0"], ["line 1"]] and batcher.stats.batches == 2
+
+
+@pytest.mark.parametrize("decoders", [1, 2])
+def test_a_request_that_finds_every_decoder_idle_waits_only_with_one_decoder(
+    recorder: Recorder, decoders: int
+) -> None:
+    """With a second decoding thread free for latecomers, a lone request does not pay the wait;
+    with one, it waits for others to join (a burst would otherwise wait a whole decode)."""
+    wait_s = 1.0
+    batcher = Batcher(recorder, lambda line: 1, 1000, wait_s, 100, decoders=decoders)
+    batcher.start()
+    for _ in range(2):  # the second finds the decoders idle again after the first
+        start = time.monotonic()
+        assert batcher.submit(["alone"], BEAM4).result(timeout=10) == ["ALONE"]
+        took = time.monotonic() - start
+        assert took < wait_s / 2 if decoders > 1 else took >= wait_s * 0.9
+    # A burst at an idle server with two decoders: the first starts at once, the rest merge.
+    if decoders > 1:
+        recorder.release.clear()  # the first call blocks until released
+        first = batcher.submit(["first"], BEAM4)
+        time.sleep(0.2)
+        rest = [batcher.submit([f"line {i}"], BEAM4) for i in range(3)]
+        recorder.release.set()
+        assert results([first, *rest]) == [["FIRST"], ["LINE 0"], ["LINE 1"], ["LINE 2"]]
+        calls = sorted(lines for lines, _ in recorder.calls[-2:])
+        assert calls == [["first"], ["line 0", "line 1", "line 2"]]
+    batcher.close()
