@@ -4,8 +4,8 @@ Callers `submit` lines with their decode settings and get a `concurrent.futures.
 decoding thread takes the oldest waiting request, gives others up to `max_wait_s` (counted from
 that request's arrival) to join it, up to `max_batch_tokens` source tokens, decodes the lines of
 every request with the same settings in one call, and hands each request its own results. With
-several decoding threads, a request that finds all of them idle and no other request waiting
-starts at once: a lone client does not pay the wait.
+several decoding threads, a request that finds all of them idle, no other request waiting and a
+last batch of one request starts at once: a lone client does not pay the wait.
 Requests with other settings wait for a later batch. With several decoding threads (one per
 decoding worker process), one gathers the next batch while the others decode theirs. Waiting
 lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once, so memory
@@ -95,6 +95,7 @@ class Batcher(Generic[Result]):
         self._waiting_lines = 0  # lines in _inbox and _backlog, under _cond
         self._closing = False
         self._decoding = 0  # batches being decoded, under _cond
+        self._last_batch_requests = 1  # under _cond
         self._threads = [
             threading.Thread(target=self._run, name=f"nmt-decoder-{i}", daemon=True) for i in range(decoders)
         ]
@@ -157,10 +158,11 @@ class Batcher(Generic[Result]):
         deadline = first.arrived + self.max_wait_s
         with self._cond:
             idle = self._decoding == 0 and len(self._backlog) == 1 and not self._inbox
-        if idle and len(self._threads) > 1:
-            # Nothing else in flight (a lone client): start at once, since another decoding
-            # thread stays free for requests that arrive just after. With one thread, a burst's
-            # first request still waits for the rest, which would otherwise wait a whole decode.
+        if idle and self._last_batch_requests == 1 and len(self._threads) > 1:
+            # Nothing else in flight, and the last batch held one request: a lone client, which
+            # starts at once (another decoding thread stays free for latecomers). After a batch
+            # of several, their clients' next requests arrive together: those wait for each other.
+            # With one thread, a burst's first request also waits for the rest.
             deadline = first.arrived
         # Wait for more requests like the first until the batch is full or the first has waited
         # long enough. Under load the first has already waited while the previous batch decoded,
@@ -183,6 +185,7 @@ class Batcher(Generic[Result]):
         with self._cond:
             self._waiting_lines -= sum(len(r.lines) for r in batch)
             self._decoding += 1
+            self._last_batch_requests = len(batch)
         # A request whose caller cancelled its future (a client that went away) is dropped here;
         # once running, a future can no longer be cancelled, so its result is always deliverable.
         kept = [r for r in batch if r.future.set_running_or_notify_cancel()]

@@ -181,4 +181,13 @@ def test_a_request_that_finds_every_decoder_idle_waits_only_with_one_decoder(
         assert results([first, *rest]) == [["FIRST"], ["LINE 0"], ["LINE 1"], ["LINE 2"]]
         calls = sorted(lines for lines, _ in recorder.calls[-2:])
         assert calls == [["first"], ["line 0", "line 1", "line 2"]]
+        # After a batch of several requests, their clients' next requests come back together:
+        # the first of them waits for the others even though every decoder is idle...
+        start = time.monotonic()
+        assert batcher.submit(["next"], BEAM4).result(timeout=10) == ["NEXT"]
+        assert time.monotonic() - start >= wait_s * 0.9
+        # ...and once a batch of one request has gone through, a lone request starts at once again.
+        start = time.monotonic()
+        assert batcher.submit(["alone again"], BEAM4).result(timeout=10) == ["ALONE AGAIN"]
+        assert time.monotonic() - start < wait_s / 2
     batcher.close()
