@@ -5,7 +5,9 @@ decoding thread takes the oldest waiting request, gives others up to `max_wait_s
 that request's arrival) to join it, up to `max_batch_tokens` source tokens, decodes the lines of
 every request with the same settings in one call, and hands each request its own results. With
 several decoding threads, a request that finds all of them idle, no other request waiting and a
-last batch of one request starts at once: a lone client does not pay the wait.
+last batch of one request starts at once: a lone client does not pay the wait. A thread whose
+last batch held several requests stops waiting as soon as as many are back: those clients answer
+together, and the wait would only leave the thread idle.
 Requests with other settings wait for a later batch. With several decoding threads (one per
 decoding worker process), one gathers the next batch while the others decode theirs. Waiting
 lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once, so memory
@@ -135,19 +137,23 @@ class Batcher(Generic[Result]):
                 thread.join(timeout)
 
     def _run(self) -> None:
+        companions = 1  # requests in this thread's last batch: their clients tend to come back together
         while True:
             with self._gather:
-                batch = self._next_batch()
+                batch = self._next_batch(companions)
             if batch is None:
                 return
+            companions = max(len(batch), 1)
             try:
                 self._decode(batch)
             finally:
                 with self._cond:
                     self._decoding -= 1
 
-    def _next_batch(self) -> list[_Request[Result]] | None:
-        """The next requests to decode together; None once closed and empty."""
+    def _next_batch(self, companions: int) -> list[_Request[Result]] | None:
+        """The next requests to decode together; None once closed and empty. `companions`: the
+        requests of this thread's last batch; once as many like the first are waiting, their
+        clients are back and the batch starts without waiting out `max_wait_s`."""
         with self._cond:
             while not self._inbox and not self._backlog:
                 if self._closing:
@@ -168,6 +174,8 @@ class Batcher(Generic[Result]):
         # long enough. Under load the first has already waited while the previous batch decoded,
         # so the next batch starts at once.
         while self._tokens_like(first.key) < self.max_batch_tokens:
+            if companions > 1 and self._count_like(first.key) >= companions:
+                break
             with self._cond:
                 remaining = deadline - time.monotonic()
                 if self._closing or remaining <= 0:
@@ -205,6 +213,9 @@ class Batcher(Generic[Result]):
             except Exception:  # the decode will say what is wrong; characters bound the tokens
                 request.tokens = sum(len(line) for line in request.lines)
         self._backlog.extend(new)
+
+    def _count_like(self, key: DecodeSettings) -> int:
+        return sum(r.key == key for r in self._backlog)
 
     def _tokens_like(self, key: DecodeSettings) -> int:
         return sum(r.tokens or 0 for r in self._backlog if r.key == key)

@@ -191,3 +191,30 @@ def test_a_request_that_finds_every_decoder_idle_waits_only_with_one_decoder(
         assert batcher.submit(["alone again"], BEAM4).result(timeout=10) == ["ALONE AGAIN"]
         assert time.monotonic() - start < wait_s / 2
     batcher.close()
+
+
+def test_once_the_last_batchs_requests_are_back_the_next_batch_starts_without_waiting(
+    recorder: Recorder,
+) -> None:
+    """The clients of a batch of several requests send their next requests together: as soon as
+    as many as that batch held are waiting, they are decoded, without waiting out max_wait; fewer
+    still wait for the rest."""
+    wait_s = 1.0
+    batcher = Batcher(recorder, lambda line: 1, 1000, wait_s, 100, decoders=1)
+    batcher.start()
+    burst = [batcher.submit([f"first {i}"], BEAM4) for i in range(3)]  # one batch of 3, after the wait
+    assert results(burst) == [[f"FIRST {i}"] for i in range(3)]
+    start = time.monotonic()
+    again = [batcher.submit([f"again {i}"], BEAM4) for i in range(3)]
+    assert results(again) == [[f"AGAIN {i}"] for i in range(3)]
+    assert time.monotonic() - start < wait_s / 2
+    start = time.monotonic()
+    fewer = [batcher.submit([f"fewer {i}"], BEAM4) for i in range(2)]
+    assert results(fewer) == [[f"FEWER {i}"] for i in range(2)]
+    assert time.monotonic() - start >= wait_s * 0.9
+    batcher.close()
+    assert [lines for lines, _ in recorder.calls] == [
+        [f"first {i}" for i in range(3)],
+        [f"again {i}" for i in range(3)],
+        [f"fewer {i}" for i in range(2)],
+    ]
