@@ -6,6 +6,7 @@ This is the only place that prints errors.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -27,9 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     one line and an exit code here; SIGTERM too (`nmt train` and `nmt serve` stop on it their own
     way while they run)."""
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
+    gc.disable()  # until the command's modules are imported (`app._imported`)
     try:
         _run(argv)
     finally:
+        gc.unfreeze()  # for a caller that goes on in this process (the tests)
+        gc.enable()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
