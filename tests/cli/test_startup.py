@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-
 from typing import Any
 
 import pytest
