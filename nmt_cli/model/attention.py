@@ -26,14 +26,43 @@ def _explicit(q: Tensor) -> bool:
 
 @dataclass
 class KVCache:
-    """Keys and values of one attention layer, (B, h, T, d) each."""
+    """Keys and values of one attention layer, (B, h, T, d) each; with `rows`, the batch is
+    those rows of k and v, in that order (a reordering not yet carried out)."""
 
     k: Tensor
     v: Tensor
+    rows: Tensor | None = None
 
     def index_select(self, index: Tensor) -> KVCache:
         """Reorder the batch dimension (beam search keeps the rows of surviving hypotheses)."""
-        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index))
+        k, v = self._taken()
+        return KVCache(k.index_select(0, index), v.index_select(0, index))
+
+    def reordered(self, index: Tensor) -> KVCache:
+        """`index_select`, carried out by the next `extended` in the copy it makes anyway: the
+        self-attention cache of beam search is reordered and then grown at every step, and one
+        pass over it instead of two saves about half of that traffic."""
+        return KVCache(self.k, self.v, index if self.rows is None else self.rows.index_select(0, index))
+
+    def extended(self, k: Tensor, v: Tensor) -> KVCache:
+        """The cache with `k` and `v` of new positions (B, h, T', d) appended."""
+        return KVCache(_append(self.k, k, self.rows), _append(self.v, v, self.rows))
+
+    def _taken(self) -> tuple[Tensor, Tensor]:
+        if self.rows is None:
+            return self.k, self.v
+        return self.k.index_select(0, self.rows), self.v.index_select(0, self.rows)
+
+
+def _append(cache: Tensor, new: Tensor, rows: Tensor | None) -> Tensor:
+    """torch.cat([cache[rows], new], dim=2), copying the cache once."""
+    if rows is None:
+        return torch.cat([cache, new], dim=2)
+    b, h, t, d = cache.shape
+    out = cache.new_empty(rows.numel(), h, t + new.shape[2], d)
+    torch.index_select(cache, 0, rows, out=out[:, :, :t])
+    out[:, :, t:] = new
+    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -119,10 +148,8 @@ class MultiHeadAttention(nn.Module):
                 [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1
             )
             q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
-            if cache is not None:
-                k = torch.cat([cache.k, k], dim=2)
-                v = torch.cat([cache.v, v], dim=2)
-            new_cache = KVCache(k, v)
+            new_cache = KVCache(k, v) if cache is None else cache.extended(k, v)
+            k, v = new_cache.k, new_cache.v
         else:
             assert memory_kv is not None, "cross-attention needs the projected encoder output"
             q = self._split(self.q_proj(x), self.d_k)

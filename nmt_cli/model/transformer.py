@@ -43,7 +43,7 @@ class DecoderState:
         if sentences is not None:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
-        self_kv = [kv.index_select(rows) if kv is not None else None for kv in self.self_kv]
+        self_kv = [kv.reordered(rows) if kv is not None else None for kv in self.self_kv]
         return DecoderState(memory_kv, self_kv, src_mask, self.step, self.beam if beam is None else beam)
 
 
