@@ -44,7 +44,6 @@ from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
 from nmt_cli.ranges import check_setting
 
-CPU_PRECISION = "bf16"
 MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
@@ -251,11 +250,14 @@ def default_precision(device: torch.device) -> str:
     """The fastest precision that keeps quality on `device` (see bench/decode_vs_ctranslate2.py)."""
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if cpu_has_fast_bf16():
-        return CPU_PRECISION
-    # Emulated bf16 is tens of times slower than fp32. fbgemm's int8 runs on any x86 CPU (on an
-    # AVX2-only one 15% faster than fp32); elsewhere int8 has no tuned kernel here, so fp32.
-    return "int8" if platform.machine().lower() in ("x86_64", "amd64") else "fp32"
+    # fbgemm's int8 runs on any x86 CPU and was the fastest there within 0.3 BLEU of fp32: on an
+    # AVX2-only AMD EPYC (15% faster than fp32, where bf16 is emulated and tens of times slower),
+    # and ahead of bf16 where the CPU multiplies bf16 in hardware: 1.06x on an AMD EPYC, 1.69x on
+    # an Intel Xeon (beam 4, whole processes, bench/decode_vs_ctranslate2.py). Elsewhere int8 has
+    # no tuned kernel here: bf16 where the hardware has it, else fp32.
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return "int8"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
 def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:

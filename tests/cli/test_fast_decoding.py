@@ -167,9 +167,14 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
 
 @pytest.mark.parametrize(
     ("hardware_bf16", "machine", "expected"),
-    [(True, "x86_64", "bf16"), (False, "x86_64", "int8"), (False, "aarch64", "fp32")],
+    [
+        (True, "x86_64", "int8"),
+        (False, "x86_64", "int8"),
+        (True, "aarch64", "bf16"),
+        (False, "aarch64", "fp32"),
+    ],
 )
-def test_cpu_default_precision_avoids_emulated_bf16(
+def test_cpu_default_precision_is_int8_on_x86_and_never_emulated_bf16(
     monkeypatch: pytest.MonkeyPatch, hardware_bf16: bool, machine: str, expected: str
 ) -> None:
     from nmt_cli.decoding import translator
