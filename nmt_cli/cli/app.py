@@ -282,7 +282,7 @@ def translate(
     shortlist: opt.Shortlist = None,
     nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
     batch_tokens: opt.BatchTokens = 4096,
-    buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 1000,
+    buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 5000,
     device: opt.Device = "auto",
     precision: opt.DecodePrecision = None,
     threads: opt.Threads = 0,
