@@ -177,8 +177,9 @@ def _with_shortlist(model: Path, data: Path, work: Path) -> Path:
 
 def _compare(rows: dict, result: dict, name: str) -> None:
     """nmt's fastest setting within 0.3 BLEU of its fp32 (without, then with its shortlist) against
-    CTranslate2 int8's better layout (without, then with the same shortlist as its vocabulary map)."""
-    fp32_bleu = rows["nmt_fp32"]["whole"]["bleu"]
+    CTranslate2 int8's better layout (without, then with the same shortlist as its vocabulary map).
+    Without an fp32 row (--precisions), every nmt setting run is compared."""
+    fp32_bleu = rows["nmt_fp32"]["whole"]["bleu"] if "nmt_fp32" in rows else float("-inf")
     for kind in ("whole", "steady"):
         ct2 = max(rows[k][kind]["tok_s"] for k in rows if k.startswith("ct2_int8_") and "vmap" not in k)
         ct2_vmap = max(rows[k][kind]["tok_s"] for k in rows if k.startswith("ct2_int8_vmap"))
