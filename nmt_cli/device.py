@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
+import time
 
 import torch
 
@@ -32,6 +34,28 @@ def cpu_has_fast_bf16() -> bool:
     in fp32, so bf16 there is a trap, never a speed-up."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def cpu_bf16_speedup() -> float:
+    """How many times faster than fp32 this CPU multiplies bf16, measured on a matmul of a small
+    Transformer's feed-forward shape (about 0.1 s); 0.0 without hardware bf16, where one emulated
+    matmul alone would take seconds. Hardware bf16 is not always faster: on 2 cores of an Intel
+    Xeon with AVX512-BF16 but no AMX, oneDNN's bf16 matmul ran at 0.58x fp32 (175 against 298
+    GFLOP/s) and bf16 training made 0.64x the updates of fp32, where an AMD EPYC trains 2.8x faster
+    in bf16. The best of several runs, so that a busy core does not decide."""
+    if not cpu_has_fast_bf16():
+        return 0.0
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(2048, 256).to(dtype)
+        b = torch.randn(256, 1024).to(dtype)
+        a @ b  # the first call builds oneDNN's kernel
+        best[dtype] = math.inf
+        for _ in range(5):
+            start = time.perf_counter()
+            a @ b
+            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 def configure_cpu(threads: int) -> None:

@@ -20,7 +20,7 @@ import torch
 from nmt_cli import checkpoint
 from nmt_cli.config import ModelConfig, RunConfig, RuntimeConfig
 from nmt_cli.data import corpus, spm
-from nmt_cli.device import check_precision, configure_cpu, cpu_has_fast_bf16, resolve_device
+from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
@@ -111,13 +111,10 @@ def open_session(
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
-    elif cfg.train.precision == "bf16" and dev.type == "cpu" and not cpu_has_fast_bf16():
-        # The recipe's bf16 assumes hardware bf16; emulated, it would run tens of times slower.
-        reporter.warn(
-            "this CPU has no hardware bf16 (AVX512-BF16 or AMX): training in fp32 instead of the "
-            "recipe's bf16 (--precision bf16 forces it)"
-        )
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="fp32"))
+    elif cfg.train.precision == "bf16" and dev.type == "cpu":
+        cfg = _cpu_bf16_or_fp32(cfg, reporter)
+    # Each process measured its own CPU: mixed precisions would train a different model per rank.
+    distributed.check_same(cfg.train.precision, "the training precision (give --precision)", world)
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)
@@ -154,6 +151,25 @@ def open_session(
         initial_optimizer=optimizer_state,
     )
     return session, resume
+
+
+# bf16 must beat fp32 by this much on a matmul to be worth autocast's conversions in training.
+MIN_BF16_SPEEDUP = 1.1
+
+
+def _cpu_bf16_or_fp32(cfg: RunConfig, reporter: Reporter) -> RunConfig:
+    """The recipe's bf16 where this CPU multiplies bf16 faster than fp32, else fp32 with a warning:
+    emulated bf16 runs tens of times slower, and some CPUs' hardware bf16 is slower than fp32
+    (--precision bf16 forces it)."""
+    speedup = cpu_bf16_speedup()
+    if speedup >= MIN_BF16_SPEEDUP:
+        return cfg
+    if speedup == 0.0:
+        why = "this CPU has no hardware bf16 (AVX512-BF16 or AMX)"
+    else:
+        why = f"this CPU multiplies bf16 at {speedup:.2f}x the speed of fp32 (measured)"
+    reporter.warn(f"{why}: training in fp32 instead of the recipe's bf16 (--precision bf16 forces it)")
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="fp32"))
 
 
 def _checkpoints(
