@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from common import DEFAULT_DATA, WORK, emit, nmt
+from common import DEFAULT_DATA, WORK, emit, nmt, repeated_test
 from time_to_bleu import trained_model
 
 CT2_LAYOUTS = {"2x1": (2, 1), "1x2": (1, 2)}  # (inter_threads, intra_threads)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     work = WORK / ("vs_ct2" if args.vocab == 8000 else f"vs_ct2_v{args.vocab}")
     work.mkdir(parents=True, exist_ok=True)
     listed = _with_shortlist(model, args.data, work)
-    source, reference = _inputs(args.data, args.lines, work)
+    source, reference = repeated_test(args.data, args.lines, work)
     exports = {q: _export(listed, work / f"ct2_{q}", q) for q in ("none", "int8")}
     import sentencepiece
 
@@ -251,15 +251,6 @@ def _nmt_steady(
     steady_out = out.with_suffix(".steady.hyp")
     steady_out.write_text("".join(t + "\n" for t in text), encoding="utf-8")
     return measured(steady_out, seconds)
-
-
-def _inputs(data: Path, lines: int, work: Path) -> tuple[Path, list[str]]:
-    src = (data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
-    ref = (data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    copies = -(-lines // len(src))
-    source = work / f"input_{lines}.en"
-    source.write_text("".join(line + "\n" for line in (src * copies)[:lines]), encoding="utf-8")
-    return source, (ref * copies)[:lines]
 
 
 def _export(model: Path, out: Path, quantization: str) -> Path:

@@ -6,7 +6,8 @@ batches, for exactly as many updates as the fp32 run reached, and is scored the 
 
 The run follows recipes/multi30k/small.toml as it is (validation loss only). A finished run
 is cached in bench/work/ttb_<precision>_<budget>/ and reused; --fresh retrains.
-    .venv/bin/python bench/time_to_bleu.py [--minutes 15] [--precision bf16 fp32] [--fresh]
+    .venv/bin/python bench/time_to_bleu.py [--minutes 15] [--precision bf16 fp32 recipe]
+        [--seeds 1 2] [--fresh]
 """
 
 from __future__ import annotations
@@ -22,25 +23,57 @@ from nmt_cli.checkpoint import numbered
 
 
 def trained_model(
-    data: Path, precision: str, minutes: float, fresh: bool = False, updates: int = 0, vocab: int = 8000
+    data: Path,
+    precision: str,
+    minutes: float,
+    fresh: bool = False,
+    updates: int = 0,
+    vocab: int = 8000,
+    seed: int = 1,
 ) -> tuple[Path, dict]:
     """Train (or reuse) a run of `minutes` (or of exactly `updates`, when given) on the corpus
-    prepared with a joint vocabulary of `vocab` pieces; return its averaged checkpoint and facts."""
-    run = WORK / (f"ttb_{precision}_{updates}upd" if updates else f"ttb_{precision}_{minutes:g}min")
-    if vocab != 8000:
-        run = run.with_name(f"{run.name}_v{vocab}")
+    prepared with a joint vocabulary of `vocab` pieces; return its averaged checkpoint and facts.
+    `precision` "recipe" passes none: the recipe's bf16, or fp32 where `nmt train` finds this CPU's
+    bf16 no faster (the command as a user runs it)."""
+    suffix = "" if vocab == 8000 else f"_v{vocab}"
+    return trained_run(
+        prepared(data, vocab=vocab), RECIPE, precision, minutes, fresh, updates, seed, suffix=suffix
+    )
+
+
+def trained_run(
+    data_dir: Path,
+    recipe: Path,
+    precision: str,
+    minutes: float,
+    fresh: bool = False,
+    updates: int = 0,
+    seed: int = 1,
+    name: str = "ttb",
+    suffix: str = "",
+) -> tuple[Path, dict]:
+    """`trained_model` on any prepared corpus and recipe, cached in
+    bench/work/NAME_PRECISION_BUDGET[SUFFIX][_seedN]/."""
+    budget_name = f"{updates}upd" if updates else f"{minutes:g}min"
+    run = WORK / f"{name}_{precision}_{budget_name}{suffix}{'' if seed == 1 else f'_seed{seed}'}"
     done = run / "bench.json"
     if done.exists() and not fresh:
         return run / "average.pt", json.loads(done.read_text())
     shutil.rmtree(run, ignore_errors=True)
-    data_dir = prepared(data, vocab=vocab)
-    args = ["--data", str(data_dir), "--recipe", str(RECIPE), "--out", str(run), "--device", "cpu"]
-    args += ["--threads", str(THREADS), "--precision", precision]
+    args = ["--data", str(data_dir), "--recipe", str(recipe), "--out", str(run), "--device", "cpu"]
+    args += ["--threads", str(THREADS)] + ([] if precision == "recipe" else ["--precision", precision])
     budget = [f"train.max_minutes={0 if updates else minutes}", f"train.max_updates={updates}"]
-    seconds, rss = nmt("train", *args, "--set", budget[0], "--set", budget[1])
+    seconds, rss = nmt("train", *args, "--set", budget[0], "--set", budget[1], "--set", f"train.seed={seed}")
     nmt("average", "--run", str(run), "-o", str(run / "average.pt"))
     reached = max(update for update, _ in numbered(run / "checkpoints"))  # the last, even if not logged
-    facts = {"updates": reached, "train_seconds": round(seconds), "peak_rss_mb": round(rss)}
+    config = (run / "config.toml").read_text(encoding="utf-8")
+    trained_in = "bf16" if 'precision = "bf16"' in config else "fp32"
+    facts = {
+        "updates": reached,
+        "train_seconds": round(seconds),
+        "peak_rss_mb": round(rss),
+        "precision": trained_in,
+    }
     done.write_text(json.dumps(facts))
     return run / "average.pt", facts
 
@@ -69,17 +102,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--minutes", type=float, default=15.0)
-    parser.add_argument("--precision", nargs="+", default=["bf16", "fp32"])
+    parser.add_argument(
+        "--precision", nargs="+", default=["bf16", "fp32"], help="bf16, fp32, recipe (no --precision)"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="train.seed of each run")
     parser.add_argument("--fresh", action="store_true", help="retrain even if a cached run exists")
     args = parser.parse_args(argv)
     result = {}
     for precision in args.precision:
-        model, facts = trained_model(args.data, precision, args.minutes, args.fresh)
-        tag = f"{args.minutes:g}min_{precision}"
-        score, ratio = score_on_test(model, args.data)
-        result[f"bleu_{tag}"] = round(score, 2)
-        result[f"updates_{tag}"] = facts["updates"]
-        result[f"len_ratio_{tag}"] = round(ratio, 3)
+        for seed in args.seeds:
+            model, facts = trained_model(args.data, precision, args.minutes, args.fresh, seed=seed)
+            tag = f"{args.minutes:g}min_{precision}" + ("" if seed == 1 else f"_seed{seed}")
+            score, ratio = score_on_test(model, args.data)
+            result[f"bleu_{tag}"] = round(score, 2)
+            result[f"updates_{tag}"] = facts["updates"]
+            result[f"len_ratio_{tag}"] = round(ratio, 3)
+            if precision == "recipe":
+                result[f"trained_in_{tag}"] = facts["precision"]
     if {"bf16", "fp32"} <= set(args.precision):
         updates = result[f"updates_{args.minutes:g}min_fp32"]
         model, _ = trained_model(args.data, "bf16", args.minutes, args.fresh, updates=updates)

@@ -17,7 +17,17 @@ import statistics
 from pathlib import Path
 
 import peak
-from common import DEFAULT_DATA, RECIPE, THREADS, WORK, emit, nmt, prepared, train_records
+from common import (
+    DEFAULT_DATA,
+    FAIRSEQ_BATCH_TOKENS,
+    RECIPE,
+    THREADS,
+    WORK,
+    emit,
+    nmt,
+    prepared,
+    train_records,
+)
 
 from nmt_cli.recipe import load_recipe
 
@@ -65,6 +75,8 @@ def measure(data_dir: Path, precision: str, warmup: int, updates: int) -> dict:
         "train.save_every_minutes=0",
         "--set",
         f"train.log_every_updates={LOG_EVERY}",
+        "--set",
+        f"train.max_tokens={FAIRSEQ_BATCH_TOKENS}",
     )
     timed = [r for r in train_records(run) if r["update"] > warmup]
     seconds = sum(LOG_EVERY / r["updates_per_s"] for r in timed)
