@@ -66,7 +66,8 @@ def scores(model: Path, data: Path) -> dict:
     result = {}
     for split, name in (("valid", "val"), ("test", "test_2016_flickr")):
         hyp = model.with_name(f"{split}.hyp")
-        nmt("translate", "-m", str(model), "-i", str(data / f"{name}.en"), "-o", str(hyp), *DECODE)
+        source = str(data / f"{name}.en")
+        nmt("translate", "-m", str(model), "-i", source, "-o", str(hyp), "--precision", "fp32", *DECODE)
         result[f"bleu_{split}"] = round(bleu(hyp, data / f"{name}.de")[0], 2)
     return result
 
