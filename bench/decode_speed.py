@@ -1,11 +1,12 @@
 """Decoding speed on test_2016_flickr (1,000 sentences): beam 4 and greedy, fp32 and bf16.
 
-The model is the benchmark's own 15-minute bf16 model (bench/time_to_bleu.py; trained and
-cached on first use). Reports sentences/s and target pieces/s of the search alone (model
-loading excluded, after a warm-up), with the BLEU and output/reference length ratio of
-each setting, since speed means nothing if the outputs are longer or worse. Scores are
+The model is the benchmark's own 15-minute model, trained as `nmt train` runs the recipe on
+this CPU (bench/time_to_bleu.py --precision recipe; trained and cached on first use). Reports
+sentences/s and target pieces/s of the search alone (model loading excluded, after a warm-up),
+with the BLEU and output/reference length ratio of each setting, since speed means nothing if
+the outputs are longer or worse. Scores are
 length-normalised as fairseq does by default (score / |Y|): the recipe's GNMT penalty with
-alpha 0.6 left this model's beam-4 outputs at 0.946 of the reference length, under the
+alpha 0.6 left an earlier benchmark model's beam-4 outputs at 0.946 of the reference length, under the
 0.95 the speed figures are held to (short outputs decode faster).
     .venv/bin/python bench/decode_speed.py [--minutes 15]
 """
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--minutes", type=float, default=15.0, help="training time of the cached model")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     args = parser.parse_args(argv)
-    model, _ = trained_model(args.data, "bf16", args.minutes)
+    model, _ = trained_model(args.data, "recipe", args.minutes)
     configure_cpu(THREADS)
     source = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
     reference = (args.data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()

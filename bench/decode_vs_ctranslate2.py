@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--precisions", default=",".join(NMT_PRECISIONS), help="nmt precisions to run")
     parser.add_argument("--profile", action="store_true", help="print per-step profiles (stderr)")
     args = parser.parse_args(argv)
-    model, facts = trained_model(args.data, "bf16", args.minutes, vocab=args.vocab)
+    model, facts = trained_model(args.data, "recipe", args.minutes, vocab=args.vocab)
     work = WORK / ("vs_ct2" if args.vocab == 8000 else f"vs_ct2_v{args.vocab}")
     work.mkdir(parents=True, exist_ok=True)
     listed = _with_shortlist(model, args.data, work)

@@ -1,6 +1,6 @@
 """Load on `nmt serve`: 1, 4, 16 and 64 concurrent clients sending one-line requests over loopback.
 
-Starts `nmt serve` on 127.0.0.1 with the benchmark's 15-minute bf16 model (or --model), and for
+Starts `nmt serve` on 127.0.0.1 with the benchmark's 15-minute model (or --model), and for
 each client count sends single-line requests (test_2016_flickr.en, in order, each line once, or
 until --seconds) from one of two kinds of client, one connection per client: `asyncio` (an
 asyncio loop with httpx) and `threads` (one thread per client with the standard library's
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--minutes", type=float, default=15.0, help="training time of the cached model")
-    parser.add_argument("--model", type=Path, help="default: the cached 15-minute bf16 model")
+    parser.add_argument("--model", type=Path, help="default: the cached 15-minute recipe model")
     parser.add_argument(
         "--precision", help="of the server and the offline reference (default: nmt's own on this CPU)"
     )
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     args.precision = args.precision or default_precision(torch.device("cpu"))
-    model = args.model or trained_model(args.data, "bf16", args.minutes)[0]
+    model = args.model or trained_model(args.data, "recipe", args.minutes)[0]
     lines = (args.data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.lines]
     result: dict = {"serve_precision": args.precision, "serve_beam": args.beam, "serve_model": str(model)}
     reference = offline_figures(model, lines, args, result)
