@@ -119,13 +119,15 @@ class TrainConfig:
     """eps_ls (§5.4)."""
     lr_schedule: str = "noam"
     """"noam": d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * lr_scale (§5.3, Eq. 3);
-    "inverse_sqrt": linear warm-up to `lr`, then lr * sqrt(warmup / step)."""
+    "inverse_sqrt": linear warm-up to `lr`, then lr * sqrt(warmup / step); "linear": linear warm-up
+    to `lr` and a linear decay to 0 at the end of the budget (max_updates or max_minutes, whichever
+    ends the run first), the lower of the two."""
     warmup: int = 4000
     """warmup_steps (§5.3)."""
     lr_scale: float = 1.0
     """Multiplier on the noam schedule."""
     lr: float = 1e-3
-    """Peak learning rate of the inverse_sqrt schedule."""
+    """Peak learning rate of the inverse_sqrt and linear schedules."""
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     """Adam beta1, beta2 (§5.3)."""
     adam_eps: float = 1e-9
@@ -177,7 +179,13 @@ class TrainConfig:
             _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
         _check(0 <= self.seed < 2**63, where, "train.seed", "must be from 0 to 2**63 - 1")
         _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
-        _check_choice(self.lr_schedule, ("noam", "inverse_sqrt"), where, "train.lr_schedule")
+        _check_choice(self.lr_schedule, ("noam", "inverse_sqrt", "linear"), where, "train.lr_schedule")
+        _check(
+            self.lr_schedule != "linear" or self.max_updates > 0 or self.max_minutes > 0,
+            where,
+            "train.lr_schedule",
+            '"linear" decays to 0 at the end of the budget: set train.max_updates or train.max_minutes',
+        )
         _check_choice(self.precision, ("bf16", "fp16", "fp32"), where, "train.precision")
         _check_choice(self.best_metric, ("loss", "bleu", "chrf"), where, "train.best_metric")
         _check(

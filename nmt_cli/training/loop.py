@@ -184,9 +184,6 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                         collate([s.train_data.src[i] for i in idx], [s.train_data.tgt[i] for i in idx], start)
                         for idx in mine or group[:1]  # group[:1]: a stand-in for an idle process
                     ]
-                    lr = learning_rate(
-                        progress.update + 1, tc.lr_schedule, cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr
-                    )
                     distributed.seed_update(tc.seed, progress.update, world)
                     stats = accumulate_gradients(
                         net,
@@ -201,8 +198,17 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                     progress.batch += len(group)
                     progress.train_seconds = base_seconds + time.monotonic() - session_start
                     # All processes now hold the same gradients; agree on the loss and on stopping.
-                    stats, signalled, out_of_time = _agree(
+                    stats, signalled, out_of_time, spent = _agree(
                         stats, stop.received, tc, progress, world, s.device
+                    )
+                    lr = learning_rate(
+                        progress.update + 1,
+                        tc.lr_schedule,
+                        cfg.model.d_model,
+                        tc.warmup,
+                        tc.lr_scale,
+                        tc.lr,
+                        spent,
                     )
                     stepped, grad_norm = apply_update(
                         model, optimizer, scaler, lr, tc.clip_norm, stats["loss"]
@@ -261,14 +267,31 @@ def _agree(
     world: World,
     device: torch.device,
 ) -> tuple[dict[str, float], bool, bool]:
-    """The update's loss summed over the processes, and whether any process was signalled or
-    ran out of time (clocks differ): one small all-reduce, none on one process, so that all
-    processes skip, log and stop at the same update. Returns (stats, signalled, out of time)."""
+    """The update's loss summed over the processes, whether any process was signalled or ran
+    out of time, and the share of the budget spent (clocks differ: the processes' mean): one
+    small all-reduce, none on one process, so that all processes skip, log, stop and set the
+    learning rate alike. Returns (stats, signalled, out of time, spent)."""
     out_of_time = bool(tc.max_minutes) and progress.train_seconds >= 60 * tc.max_minutes
-    loss, nll, signalled, timed_out = distributed.all_reduce_sum(
-        [stats["loss"], stats["nll"], float(own_signal is not None), float(out_of_time)], world, device
+    loss, nll, signalled, timed_out, spent = distributed.all_reduce_sum(
+        [
+            stats["loss"],
+            stats["nll"],
+            float(own_signal is not None),
+            float(out_of_time),
+            budget_spent(tc, progress.update + 1, progress.train_seconds),
+        ],
+        world,
+        device,
     )
-    return {**stats, "loss": loss, "nll": nll}, signalled > 0, timed_out > 0
+    return {**stats, "loss": loss, "nll": nll}, signalled > 0, timed_out > 0, spent / world.size
+
+
+def budget_spent(tc: TrainConfig, update: int, train_seconds: float) -> float:
+    """How much of the run's budget `update` and `train_seconds` use, from 0 to 1: the larger
+    share of max_updates and max_minutes (0 where neither is set)."""
+    by_updates = update / tc.max_updates if tc.max_updates else 0.0
+    by_time = train_seconds / (60 * tc.max_minutes) if tc.max_minutes else 0.0
+    return min(1.0, max(by_updates, by_time))
 
 
 def _skipped(

@@ -158,6 +158,7 @@ def test_an_interrupted_run_resumes_exactly(
         ([f"train.seed={2**70}"], "train.seed"),
         (["train.corpus_weights=[inf]"], "train.corpus_weights"),
         (["train.label_smoothing=nan"], "train.label_smoothing"),
+        (['train.lr_schedule="linear"', "train.max_updates=0", "train.max_minutes=0"], "train.lr_schedule"),
     ],
 )
 def test_a_bad_recipe_value_fails_in_one_line(
@@ -238,6 +239,22 @@ def test_a_run_shorter_than_its_log_interval_still_leaves_a_record(corpus: Corpu
     train_records = [r for r in records if r["type"] == "train"]
     assert [r["update"] for r in train_records] == [7]
     assert train_records[0]["loss"] > 0 and train_records[0]["tokens_per_s"] > 0
+
+
+def test_the_linear_schedule_peaks_after_warm_up_and_reaches_zero_at_the_last_update(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "linear"
+    overrides = ['train.lr_schedule="linear"', "train.lr=1e-3", "train.warmup=10", "train.max_updates=40"]
+    args = train_args(corpus.data, run_dir, *overrides, "train.log_every_updates=1")
+    assert nmt(*args) == 0
+    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    lr = {r["update"]: r["lr"] for r in records if r["type"] == "train"}
+    assert sorted(lr) == list(range(1, 41))
+    assert lr[5] == pytest.approx(5e-4)  # warming up
+    assert lr[10] == pytest.approx(7.5e-4)  # 1 - 10/40 of the budget left: below the warm-up's 1e-3
+    assert lr[30] == pytest.approx(2.5e-4)
+    assert lr[40] == 0.0
 
 
 def test_restricted_attention_in_bf16_trains_without_a_skipped_update(tmp_path: Path) -> None:

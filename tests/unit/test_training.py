@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_cli.config import PAD_ID, ModelConfig
+from nmt_cli.config import PAD_ID, ModelConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.model import Transformer
-from nmt_cli.training.loop import accumulate_gradients
+from nmt_cli.training.loop import accumulate_gradients, budget_spent
 from nmt_cli.training.loss import label_smoothed_nll
-from nmt_cli.training.schedule import inverse_sqrt, noam
+from nmt_cli.training.schedule import inverse_sqrt, linear, noam
 
 
 def test_label_smoothing_equals_the_dense_reference():
@@ -80,6 +80,24 @@ def test_inverse_sqrt_warms_up_linearly_then_decays():
     assert inverse_sqrt(500, 1e-3, 1000) == pytest.approx(5e-4)
     assert inverse_sqrt(1000, 1e-3, 1000) == pytest.approx(1e-3)
     assert inverse_sqrt(4000, 1e-3, 1000) == pytest.approx(5e-4)
+
+
+def test_linear_warms_up_then_decays_to_zero_at_the_end_of_the_budget():
+    assert linear(50, 1e-3, 100, spent=0.05) == pytest.approx(5e-4)  # warming up: step / warmup
+    assert linear(100, 1e-3, 100, spent=0.0) == pytest.approx(1e-3)
+    assert linear(400, 1e-3, 100, spent=0.25) == pytest.approx(7.5e-4)  # decaying: 1 - spent
+    assert linear(900, 1e-3, 100, spent=1.0) == 0.0
+    # A budget spent before the warm-up ends (a slow machine and a short time limit) still ends at 0.
+    assert linear(10, 1e-3, 100, spent=0.95) == pytest.approx(5e-5)
+
+
+def test_the_budget_spent_is_the_larger_share_of_updates_and_minutes():
+    both = TrainConfig(max_updates=1000, max_minutes=10.0)
+    assert budget_spent(both, 250, 60.0) == pytest.approx(0.25)  # updates ahead of time
+    assert budget_spent(both, 100, 300.0) == pytest.approx(0.5)  # time ahead of updates
+    assert budget_spent(TrainConfig(max_updates=0, max_minutes=10.0), 10**6, 120.0) == pytest.approx(0.2)
+    assert budget_spent(TrainConfig(max_updates=100, max_minutes=0.0), 150, 1e9) == 1.0
+    assert budget_spent(TrainConfig(max_updates=0, max_minutes=0.0), 500, 500.0) == 0.0
 
 
 def test_batches_respect_the_token_budget_and_cover_every_pair():
