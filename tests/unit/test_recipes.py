@@ -129,8 +129,8 @@ EXPECTED = {
         # the model the benchmarks compare with fairseq (bench/common.py), which train with
         # fairseq's batches of 4,096 tokens; the recipe's own are tuned for 15 minutes
         "model.dropout": 0.1,
-        "train.lr_schedule": "inverse_sqrt",
-        "train.lr": 1e-3,
+        "train.lr_schedule": "linear",
+        "train.lr": 2e-3,
         "train.warmup": 400,
         "train.max_tokens": 1024,
     },
