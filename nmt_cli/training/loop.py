@@ -266,7 +266,7 @@ def _agree(
     progress: Progress,
     world: World,
     device: torch.device,
-) -> tuple[dict[str, float], bool, bool]:
+) -> tuple[dict[str, float], bool, bool, float]:
     """The update's loss summed over the processes, whether any process was signalled or ran
     out of time, and the share of the budget spent (clocks differ: the processes' mean): one
     small all-reduce, none on one process, so that all processes skip, log, stop and set the

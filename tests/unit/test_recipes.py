@@ -143,6 +143,9 @@ EXPECTED = {
         "model.heads": 4,
         "decode.beam": 4,
         "decode.lenpen": 0.6,
+        "train.lr_schedule": "linear",
+        "train.max_tokens": 4096,
+        "train.warmup": 1000,
     },
 }
 
