@@ -6,7 +6,8 @@ until --seconds) from one of two kinds of client, one connection per client: `as
 asyncio loop with httpx) and `threads` (one thread per client with the standard library's
 http.client). Reports sentences/s, p50/p95/p99 latency, errors, 503s, the server's batches (and
 how many merged several requests), how many answers differ from an offline
-`Translator.translate` of the same lines at the same beam, and the CPU time per request of the
+`Translator.translate` of the same lines at the same beam (and how many of those are another
+line's translation: misrouted), and the CPU time per request of the
 client, of the server's HTTP process and of its decoding workers: clients and server share the
 machine's cores, so a client's own CPU time counts against the server. The offline figures come
 first: sentences/s over the same lines, and the p50 latency of a direct one-line call, so that
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lines", type=int, default=1000, help="test lines used (each sent once a level)")
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per client count")
     parser.add_argument("--max-wait-ms", type=float, help="the server's (default: its own default)")
+    parser.add_argument("--workers", type=int, help="the server's decoding workers (default: its own)")
     parser.add_argument("--client", nargs="+", choices=["asyncio", "threads"], default=["asyncio", "threads"])
     parser.add_argument(
         "--overload",
@@ -125,6 +127,8 @@ def start_server(
 ) -> tuple[subprocess.Popen[str], str]:
     command = [sys.executable, "-m", "nmt_cli", "serve", "-m", str(model), "--port", "0", "--device", "cpu"]
     command += ["--precision", args.precision]  # and the default workers, as `nmt translate`
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
     if args.max_wait_ms is not None:
         command += ["--max-wait-ms", f"{args.max_wait_ms:g}"]
     if max_queue is not None:
@@ -164,7 +168,7 @@ def load(
     server_before, workers_before = _cpu_seconds(server_pid)
     client_before = time.process_time()
     run = _async_clients if kind == "asyncio" else _thread_clients
-    latencies, statuses, differ, seconds = run(url, lines, reference, clients, args)
+    latencies, statuses, answers, seconds = run(url, lines, clients, args)
     client_cpu = time.process_time() - client_before
     server_after, workers_after = _cpu_seconds(server_pid)
     after = httpx.get(f"{url}/health").json()
@@ -176,7 +180,8 @@ def load(
         f"{tag}_requests": len(statuses),
         f"{tag}_errors": len(statuses) - ok - statuses.count(503),
         f"{tag}_503": statuses.count(503),
-        f"{tag}_differ": differ,
+        f"{tag}_differ": sum(answer != [reference[i]] for i, answer in answers),
+        f"{tag}_misrouted": misrouted(answers, reference),
         f"{tag}_batches": after["batches"] - before["batches"],
         f"{tag}_merged_batches": after["merged_batches"] - before["merged_batches"],
         f"{tag}_client_cpu_ms_per_request": round(client_cpu * per_request, 2),
@@ -249,17 +254,30 @@ def _children(pid: int) -> list[int]:
 
 
 def _async_clients(
-    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
-) -> tuple[list[float], list[int], int, float]:
-    return asyncio.run(_clients(url, lines, reference, clients, args))
+    url: str, lines: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], list[tuple[int, list[str]]], float]:
+    return asyncio.run(_clients(url, lines, clients, args))
+
+
+def misrouted(answers: list[tuple[int, list[str]]], reference: list[str]) -> int:
+    """Answers that are not their line's offline translation but another line's: a request
+    given another's result. (An answer that differs from every offline translation is a
+    batch's rounding turning the beam search, counted only as differing.)"""
+    lines_of: dict[str, set[int]] = {}
+    for i, text in enumerate(reference):
+        lines_of.setdefault(text, set()).add(i)
+    return sum(
+        answer != [reference[i]] and len(answer) == 1 and bool(lines_of.get(answer[0], set()) - {i})
+        for i, answer in answers
+    )
 
 
 async def _clients(
-    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
-) -> tuple[list[float], list[int], int, float]:
+    url: str, lines: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], list[tuple[int, list[str]]], float]:
     latencies: list[float] = []
     statuses: list[int] = []
-    differ = 0
+    answers: list[tuple[int, list[str]]] = []  # (line, the translations answered)
     todo = iter(range(len(lines)))
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
@@ -269,7 +287,6 @@ async def _clients(
         deadline = start + args.seconds
 
         async def one_client() -> None:
-            nonlocal differ
             for i in todo:
                 if time.perf_counter() > deadline:
                     return
@@ -282,20 +299,20 @@ async def _clients(
                 statuses.append(response.status_code)
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - sent)
-                    differ += response.json()["translations"] != [reference[i]]
+                    answers.append((i, response.json()["translations"]))
 
         await asyncio.gather(*(one_client() for _ in range(clients)))
-        return latencies, statuses, differ, time.perf_counter() - start
+        return latencies, statuses, answers, time.perf_counter() - start
 
 
 def _thread_clients(
-    url: str, lines: list[str], reference: list[str], clients: int, args: argparse.Namespace
-) -> tuple[list[float], list[int], int, float]:
+    url: str, lines: list[str], clients: int, args: argparse.Namespace
+) -> tuple[list[float], list[int], list[tuple[int, list[str]]], float]:
     """One thread per client, each with its own keep-alive connection (http.client)."""
     address = urllib.parse.urlsplit(url)
     latencies: list[float] = []
     statuses: list[int] = []
-    differ = [0]
+    answers: list[tuple[int, list[str]]] = []
     todo = iter(range(len(lines)))
     lock = threading.Lock()
     headers = {"Content-Type": "application/json"}
@@ -331,7 +348,7 @@ def _thread_clients(
                 statuses.append(response.status)
                 if response.status == 200:
                     latencies.append(took)
-                    differ[0] += json.loads(body)["translations"] != [reference[i]]
+                    answers.append((i, json.loads(body)["translations"]))
         connection.close()
 
     threads = [threading.Thread(target=one_client) for _ in range(clients)]
@@ -343,7 +360,7 @@ def _thread_clients(
     go.set()
     for thread in threads:
         thread.join()
-    return latencies, statuses, differ[0], time.perf_counter() - start
+    return latencies, statuses, answers, time.perf_counter() - start
 
 
 def _ratio(value: float | None, base: float) -> float | None:
