@@ -5,9 +5,12 @@ decoding thread takes the oldest waiting request, gives others up to `max_wait_s
 that request's arrival) to join it, up to `max_batch_tokens` source tokens, decodes the lines of
 every request with the same settings in one call, and hands each request its own results. With
 several decoding threads, a request that finds all of them idle, no other request waiting and a
-last batch of one request starts at once: a lone client does not pay the wait. A thread whose
-last batch held several requests stops waiting as soon as as many are back: those clients answer
-together, and the wait would only leave the thread idle.
+last batch of one request starts at once: a lone client does not pay the wait. The clients of a
+batch send their next requests together, so the gathering thread stops waiting as soon as as many
+requests are back as the last batches of the idle threads held (the wait would only leave them
+idle), and takes its share of what waits: the other idle threads take the rest at once, so that
+a burst is decoded by every free thread side by side, not by one while the others wait for its
+answers to come back.
 Requests with other settings wait for a later batch. With several decoding threads (one per
 decoding worker process), one gathers the next batch while the others decode theirs. Waiting
 lines are bounded (`max_queue`): beyond that `submit` raises `QueueFull` at once, so memory
@@ -96,10 +99,12 @@ class Batcher(Generic[Result]):
         self._gather = threading.Lock()  # one decoding thread at a time gathers a batch
         self._waiting_lines = 0  # lines in _inbox and _backlog, under _cond
         self._closing = False
-        self._decoding = 0  # batches being decoded, under _cond
-        self._last_batch_requests = 1  # under _cond
+        self._decoding: set[int] = set()  # the decoding threads decoding a batch now, under _cond
+        self._last_batch_requests = 1  # of the last batch any thread took, under _cond
+        self._last_sizes = [1] * decoders  # requests in each thread's last batch, under _cond
         self._threads = [
-            threading.Thread(target=self._run, name=f"nmt-decoder-{i}", daemon=True) for i in range(decoders)
+            threading.Thread(target=self._run, args=(i,), name=f"nmt-decoder-{i}", daemon=True)
+            for i in range(decoders)
         ]
 
     @property
@@ -136,24 +141,27 @@ class Batcher(Generic[Result]):
             if thread.is_alive():
                 thread.join(timeout)
 
-    def _run(self) -> None:
-        companions = 1  # requests in this thread's last batch: their clients tend to come back together
+    def _run(self, thread: int) -> None:
         while True:
             with self._gather:
-                batch = self._next_batch(companions)
+                batch = self._next_batch(thread)
             if batch is None:
                 return
-            companions = max(len(batch), 1)
             try:
                 self._decode(batch)
             finally:
                 with self._cond:
-                    self._decoding -= 1
+                    self._decoding.discard(thread)
 
-    def _next_batch(self, companions: int) -> list[_Request[Result]] | None:
-        """The next requests to decode together; None once closed and empty. `companions`: the
-        requests of this thread's last batch; once as many like the first are waiting, their
-        clients are back and the batch starts without waiting out `max_wait_s`."""
+    def _idle(self) -> list[int]:
+        """The decoding threads not decoding now (the gathering one among them); under _cond."""
+        return [i for i in range(len(self._threads)) if i not in self._decoding]
+
+    def _next_batch(self, thread: int) -> list[_Request[Result]] | None:
+        """The next requests for decoding thread `thread`; None once closed and empty. Once as
+        many requests like the first are waiting as the idle threads' last batches held, their
+        clients are back and the batch starts without waiting out `max_wait_s`; it takes its share
+        of them, an equal part for each idle thread."""
         with self._cond:
             while not self._inbox and not self._backlog:
                 if self._closing:
@@ -163,7 +171,7 @@ class Batcher(Generic[Result]):
         first = self._backlog[0]
         deadline = first.arrived + self.max_wait_s
         with self._cond:
-            idle = self._decoding == 0 and len(self._backlog) == 1 and not self._inbox
+            idle = not self._decoding and len(self._backlog) == 1 and not self._inbox
         if idle and self._last_batch_requests == 1 and len(self._threads) > 1:
             # Nothing else in flight, and the last batch held one request: a lone client, which
             # starts at once (another decoding thread stays free for latecomers). After a batch
@@ -174,7 +182,9 @@ class Batcher(Generic[Result]):
         # long enough. Under load the first has already waited while the previous batch decoded,
         # so the next batch starts at once.
         while self._tokens_like(first.key) < self.max_batch_tokens:
-            if companions > 1 and self._count_like(first.key) >= companions:
+            with self._cond:
+                expected = sum(self._last_sizes[i] for i in self._idle())
+            if expected > 1 and self._count_like(first.key) >= expected:
                 break
             with self._cond:
                 remaining = deadline - time.monotonic()
@@ -183,8 +193,12 @@ class Batcher(Generic[Result]):
                 if not self._inbox:
                     self._cond.wait(remaining)
             self._collect()
+        with self._cond:
+            share = -(-self._count_like(first.key) // len(self._idle()))  # the rest: the other idle threads'
         batch, tokens = [first], first.tokens or 0
         for request in self._backlog[1:]:
+            if len(batch) == share:
+                break
             if request.key == first.key and tokens + (request.tokens or 0) <= self.max_batch_tokens:
                 batch.append(request)
                 tokens += request.tokens or 0
@@ -192,8 +206,8 @@ class Batcher(Generic[Result]):
         self._backlog = [r for r in self._backlog if id(r) not in taken]
         with self._cond:
             self._waiting_lines -= sum(len(r.lines) for r in batch)
-            self._decoding += 1
-            self._last_batch_requests = len(batch)
+            self._decoding.add(thread)
+            self._last_batch_requests = self._last_sizes[thread] = len(batch)
         # A request whose caller cancelled its future (a client that went away) is dropped here;
         # once running, a future can no longer be cancelled, so its result is always deliverable.
         kept = [r for r in batch if r.future.set_running_or_notify_cancel()]

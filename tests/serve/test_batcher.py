@@ -171,12 +171,14 @@ def test_a_request_that_finds_every_decoder_idle_waits_only_with_one_decoder(
         assert batcher.submit(["alone"], BEAM4).result(timeout=10) == ["ALONE"]
         took = time.monotonic() - start
         assert took < wait_s / 2 if decoders > 1 else took >= wait_s * 0.9
-    # A burst at an idle server with two decoders: the first starts at once, the rest merge.
+    # A burst at an idle server with two decoders: the first starts at once, the rest merge
+    # while it decodes.
     if decoders > 1:
         recorder.release.clear()  # the first call blocks until released
         first = batcher.submit(["first"], BEAM4)
         time.sleep(0.2)
         rest = [batcher.submit([f"line {i}"], BEAM4) for i in range(3)]
+        time.sleep(wait_s * 1.5)  # the rest taken while the first still decodes
         recorder.release.set()
         assert results([first, *rest]) == [["FIRST"], ["LINE 0"], ["LINE 1"], ["LINE 2"]]
         calls = sorted(lines for lines, _ in recorder.calls[-2:])
@@ -217,4 +219,36 @@ def test_once_the_last_batchs_requests_are_back_the_next_batch_starts_without_wa
         [f"first {i}" for i in range(3)],
         [f"again {i}" for i in range(3)],
         [f"fewer {i}" for i in range(2)],
+    ]
+
+
+def test_a_burst_that_finds_several_decoders_idle_is_shared_among_them(recorder: Recorder) -> None:
+    """The clients of both decoders' last batches come back together: they are split between the
+    two idle decoders, which decode side by side, rather than taken by one while the other
+    waits for its answers to come back as its next requests."""
+    wait_s = 0.3
+    batcher = Batcher(recorder, lambda line: 1, 1000, wait_s, 100, decoders=2)
+    batcher.start()
+    recorder.release.clear()
+    first = batcher.submit(["first"], BEAM4)  # starts at once on one decoder, and blocks
+    time.sleep(0.1)
+    rest = [batcher.submit([f"line {i}"], BEAM4) for i in range(8)]  # all 8 to the other
+    time.sleep(wait_s * 1.5)
+    recorder.release.set()
+    assert results([first, *rest]) == [["FIRST"]] + [[f"LINE {i}"] for i in range(8)]
+    assert sorted(len(lines) for lines, _ in recorder.calls) == [1, 8]
+    running = threading.Barrier(2, timeout=10)  # breaks (an error) unless the two calls overlap
+    decode = recorder.__call__
+
+    def both_at_once(lines: list[str], key: DecodeSettings) -> list[str]:
+        running.wait()
+        return decode(lines, key)
+
+    batcher.decode = both_at_once
+    burst = [batcher.submit([f"again {i}"], BEAM4) for i in range(8)]
+    assert results(burst) == [[f"AGAIN {i}"] for i in range(8)]
+    batcher.close()
+    assert sorted(lines for lines, _ in recorder.calls[2:]) == [
+        [f"again {i}" for i in range(4)],
+        [f"again {i}" for i in range(4, 8)],
     ]
