@@ -31,7 +31,8 @@ def rand_tokens(b: int, t: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(4, VOCAB, (b, t), generator=g)
 
 
-# bf16 on CPU takes the written-out attention path (bf16 matmuls, float32 softmax), not SDPA.
+# bf16 on CPU takes the written-out attention path (bf16 matmuls, float32 softmax), not SDPA,
+# except for one query a row (a decoding step), which SDPA answers.
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -97,6 +98,19 @@ def test_incremental_decoding_equals_full_forward(variant):
     with torch.no_grad():
         full = model(src, tgt).log_softmax(dim=-1)
     torch.testing.assert_close(decode_stepwise(model, src, tgt), full, rtol=0, atol=1e-5)
+
+
+def test_bf16_incremental_decoding_follows_the_full_forward():
+    # The steps' self-attention (one query a row) goes through SDPA, the full pass through the
+    # written-out form: two kernels, one result up to bf16 rounding.
+    model = tiny_model().to(torch.bfloat16)
+    src = torch.cat([rand_tokens(3, 6), torch.full((3, 2), PAD_ID)], dim=1)
+    tgt = torch.cat([torch.full((3, 1), BOS_ID), rand_tokens(3, 7, seed=2)], dim=1)
+    with torch.no_grad():
+        full = model(src, tgt).float().log_softmax(dim=-1)
+    steps = decode_stepwise(model, src, tgt)
+    assert (steps - full).abs().max() < 0.05 * full.abs().max()
+    assert (steps.argmax(-1) == full.argmax(-1)).float().mean() > 0.9
 
 
 @torch.no_grad()
