@@ -166,19 +166,21 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
 
 
 @pytest.mark.parametrize(
-    ("hardware_bf16", "machine", "expected"),
+    ("hardware_bf16", "amx", "machine", "expected"),
     [
-        (True, "x86_64", "int8"),
-        (False, "x86_64", "int8"),
-        (True, "aarch64", "bf16"),
-        (False, "aarch64", "fp32"),
+        (True, True, "x86_64", "bf16"),
+        (True, False, "x86_64", "int8"),
+        (False, False, "x86_64", "int8"),
+        (True, False, "aarch64", "bf16"),
+        (False, False, "aarch64", "fp32"),
     ],
 )
-def test_cpu_default_precision_is_int8_on_x86_and_never_emulated_bf16(
-    monkeypatch: pytest.MonkeyPatch, hardware_bf16: bool, machine: str, expected: str
+def test_cpu_default_precision_is_int8_on_x86_bf16_with_amx_and_never_emulated_bf16(
+    monkeypatch: pytest.MonkeyPatch, hardware_bf16: bool, amx: bool, machine: str, expected: str
 ) -> None:
     from nmt_cli.decoding import translator
 
     monkeypatch.setattr(translator, "cpu_has_fast_bf16", lambda: hardware_bf16)
+    monkeypatch.setattr(translator, "cpu_has_amx", lambda: amx)
     monkeypatch.setattr(translator.platform, "machine", lambda: machine)
     assert translator.default_precision(torch.device("cpu")) == expected
