@@ -252,11 +252,11 @@ def default_precision(device: torch.device) -> str:
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     # fbgemm's int8 runs on any x86 CPU and was the fastest there within 0.3 BLEU of fp32: on an
     # AVX2-only AMD EPYC (15% faster than fp32, where bf16 is emulated and tens of times slower),
-    # and ahead of bf16 where the CPU multiplies bf16 with AVX512-BF16 alone: 1.06x on an AMD
-    # EPYC, 1.69x on an Intel Xeon (beam 4, whole processes, bench/decode_vs_ctranslate2.py).
-    # With AMX, bf16 is ahead: 16.3 s against 20.0 s for int8 on an Intel Xeon (5,000 lines,
-    # beam 4, farm-bench). Elsewhere int8 has no tuned kernel here: bf16 where the hardware has
-    # it, else fp32.
+    # and ahead of bf16 where the CPU multiplies bf16 with AVX512-BF16 alone: bf16 took 1.10x
+    # int8's time on an AMD EPYC (5,000 lines, beam 4, paired whole-process runs) and 1.69x on an
+    # Intel Xeon (bench/decode_vs_ctranslate2.py). With AMX, bf16 is ahead: 16.3 s against 20.0 s
+    # for int8 on an Intel Xeon (the same lines, paired runs). Elsewhere int8 has no tuned kernel
+    # here: bf16 where the hardware has it, else fp32.
     if platform.machine().lower() in ("x86_64", "amd64"):
         return "bf16" if cpu_has_amx() else "int8"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
