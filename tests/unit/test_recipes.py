@@ -132,7 +132,7 @@ EXPECTED = {
         "train.lr_schedule": "linear",
         "train.lr": 2e-3,
         "train.warmup": 400,
-        "train.max_tokens": 1024,
+        "train.max_tokens": 2048,
     },
     # distillation.md's student: deep encoder, one decoder layer, otherwise small.toml's
     "multi30k/student.toml": {
