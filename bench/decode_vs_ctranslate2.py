@@ -39,6 +39,7 @@ from time_to_bleu import trained_model
 CT2_LAYOUTS = {"2x1": (2, 1), "1x2": (1, 2)}  # (inter_threads, intra_threads)
 NMT_PRECISIONS = ("fp32", "bf16", "int8")
 BATCH_TOKENS = 4096
+STARTUP_PAIRS = 11  # start-up differences are ~0.2 s against ~0.1 s of run-to-run noise
 SHORTLIST = (20, 100)  # nmt shortlist's defaults: candidates a source piece, frequent pieces
 # One CTranslate2 run as its own process; prints the seconds of translate_batch alone.
 CT2_SCRIPT = """
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
         "shortlist": f"{SHORTLIST[0]} candidates a source piece + {SHORTLIST[1]} frequent pieces",
         "settings": "lenpen |Y|^1, batch 4096 tokens, 2 cores",
     }
-    result["startup_load_s"] = _startup(model, work, args.repeats)
+    result.update(_startup(model, work))
     for beam in [int(b) for b in args.beams.split(",")]:
         name = "beam4" if beam == 4 else "greedy" if beam == 1 else f"beam{beam}"
         rows: dict = {}
@@ -258,12 +259,27 @@ def _export(model: Path, out: Path, quantization: str) -> Path:
     return out
 
 
-def _startup(model: Path, work: Path, repeats: int) -> float:
-    """`nmt translate` on one empty line: interpreter start, imports and model load (median)."""
+def _startup(model: Path, work: Path) -> dict:
+    """`nmt translate` on one empty line (interpreter start, imports and model load) against a
+    process that only imports torch, in turn, pair by pair; medians. Both end with `os._exit`, as
+    `nmt` does after a translation, so that neither pays torch's teardown."""
     empty = work / "empty.en"
     empty.write_text("\n", encoding="utf-8")
     args = ["translate", "-m", str(model), "-i", str(empty), "-o", str(work / "empty.hyp")]
-    return round(statistics.median(nmt(*args)[0] for _ in range(repeats)), 3)
+    only_torch = [sys.executable, "-c", "import os, torch; os._exit(0)"]
+    whole, bare = [], []
+    for _ in range(STARTUP_PAIRS):
+        whole.append(nmt(*args)[0])
+        started = time.perf_counter()
+        subprocess.run(only_torch, check=True)
+        bare.append(time.perf_counter() - started)
+    return {
+        "startup_load_s": round(statistics.median(whole), 3),
+        "import_torch_s": round(statistics.median(bare), 3),
+        "startup_load_minus_import_torch_s": round(
+            statistics.median(a - b for a, b in zip(whole, bare, strict=True)), 3
+        ),
+    }
 
 
 if __name__ == "__main__":
