@@ -5,7 +5,8 @@ Then bf16 against fp32 at equal updates: bf16 trains again, from the same seed o
 batches, for exactly as many updates as the fp32 run reached, and is scored the same way.
 
 The run follows recipes/multi30k/small.toml as it is (validation loss only). A finished run
-is cached in bench/work/ttb_<precision>_<budget>/ and reused; --fresh retrains.
+is cached in bench/work/ttb_<precision>_<budget>/ and reused while the recipe file is unchanged;
+--fresh retrains.
     .venv/bin/python bench/time_to_bleu.py [--minutes 15] [--precision bf16 fp32 recipe]
         [--seeds 1 2] [--fresh]
 """
@@ -13,6 +14,7 @@ is cached in bench/work/ttb_<precision>_<budget>/ and reused; --fresh retrains.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -53,12 +55,16 @@ def trained_run(
     suffix: str = "",
 ) -> tuple[Path, dict]:
     """`trained_model` on any prepared corpus and recipe, cached in
-    bench/work/NAME_PRECISION_BUDGET[SUFFIX][_seedN]/."""
+    bench/work/NAME_PRECISION_BUDGET[SUFFIX][_seedN]/ while the recipe's text is the one it was
+    trained with (a tuned recipe must not be reported with its predecessor's model)."""
     budget_name = f"{updates}upd" if updates else f"{minutes:g}min"
     run = WORK / f"{name}_{precision}_{budget_name}{suffix}{'' if seed == 1 else f'_seed{seed}'}"
     done = run / "bench.json"
+    recipe_sha256 = hashlib.sha256(recipe.read_bytes()).hexdigest()
     if done.exists() and not fresh:
-        return run / "average.pt", json.loads(done.read_text())
+        facts = json.loads(done.read_text())
+        if facts.get("recipe_sha256") == recipe_sha256:
+            return run / "average.pt", facts
     shutil.rmtree(run, ignore_errors=True)
     args = ["--data", str(data_dir), "--recipe", str(recipe), "--out", str(run), "--device", "cpu"]
     args += ["--threads", str(THREADS)] + ([] if precision == "recipe" else ["--precision", precision])
@@ -73,6 +79,7 @@ def trained_run(
         "train_seconds": round(seconds),
         "peak_rss_mb": round(rss),
         "precision": trained_in,
+        "recipe_sha256": recipe_sha256,
     }
     done.write_text(json.dumps(facts))
     return run / "average.pt", facts
