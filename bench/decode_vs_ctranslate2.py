@@ -17,6 +17,8 @@ Two measurements each:
 - whole process: a fresh process reads the file, loads the model, translates, writes the
   output (median of --repeats runs), as a user runs it;
 - steady state: decoding the lines in a process that already holds the loaded model.
+Start-up: `nmt translate` on one empty line against a process that only imports torch, in turn
+(the difference is what nmt adds to torch's own import).
 Target tokens are the sentencepiece pieces of the output text (EOS not counted), counted the
 same way for both engines. Prints one JSON object; `--profile` adds torch profiler tables of
 nmt int8 decoding, without and with the shortlist, on stderr.
