@@ -1,19 +1,22 @@
 """Sequence-level knowledge distillation on Multi30k En-De (recipes/multi30k/distillation.md),
-end to end: the teacher (recipes/multi30k/small.toml, 15 minutes, as time_to_bleu.py trains it),
-its beam-4 translations of the training set, the student (recipes/multi30k/student.toml, 15
-minutes on those), both scored on valid and test, and both decoding the same lines at beam 4.
+end to end: the teachers (recipes/multi30k/small.toml, 15 minutes each, seeds 1..--teachers, as
+time_to_bleu.py trains them), their ensemble's beam-4 translations of the training set, the
+student (recipes/multi30k/student.toml, 30 minutes on those) for each --seeds, the tuned recipe's
+model and the student of each seed scored on valid and test, and both decoding the same lines at
+beam 4.
 
 Speed: test_2016_flickr.en repeated to --lines lines, translated by whole `nmt translate`
 processes (as a user runs it; median of --repeats, the teacher's and the student's runs
 interleaved), at each --precisions with and without the shortlist (`nmt shortlist` on the real
 training corpus, its default sizes). Each model is taken at its fastest setting within 0.3 BLEU
 of its own fp32 full-vocabulary output; `student_speedup` is the student's sentences/s over the
-teacher's. Speed is measured on the first seed's models; BLEU for every seed.
+tuned recipe's (one model, not the ensemble). Speed is measured on the first seed's models; BLEU
+for every seed.
 
-Teachers are cached in bench/work/ttb_recipe_15min[_seedN]/, distilled corpora in
-bench/work/kd_corpus[_seedN]/ and students in bench/work/kd_student_recipe_<minutes>min[_seedN]/;
+Teachers are cached in bench/work/ttb_recipe_15min[_seedN]/, the distilled corpus in
+bench/work/kd_corpus_ensN/ and students in bench/work/kd_student_recipe_<minutes>min[_seedN]/;
 --fresh retrains them all.
-    .venv/bin/python bench/distillation.py [--seeds 1 2] [--student-minutes 15] [--repeats 3]
+    .venv/bin/python bench/distillation.py [--seeds 1 2] [--teachers 3] [--student-minutes 30]
 """
 
 from __future__ import annotations
@@ -23,24 +26,31 @@ import shutil
 import statistics
 from pathlib import Path
 
-from common import DEFAULT_DATA, ROOT, WORK, bleu, emit, nmt, prepared, repeated_test
+from common import DEFAULT_DATA, RECIPE, ROOT, WORK, bleu, emit, nmt, prepared, repeated_test
 from time_to_bleu import trained_model, trained_run
 
+from nmt_cli.recipe import load_recipe
+
 STUDENT = ROOT / "recipes" / "multi30k" / "student.toml"
-DECODE = ["--beam", "4", "--lenpen", "0.6"]  # the recipes' [decode]
 
 
-def distilled_corpus(teacher: Path, data: Path, seed: int, fresh: bool) -> Path:
-    """The training sources with the teacher's translations as targets, prepared with the
-    teacher's vocabulary (valid and test stay real)."""
-    work = WORK / ("kd_corpus" if seed == 1 else f"kd_corpus_seed{seed}")
+def decode(recipe: Path) -> list[str]:
+    """Beam 4 and the length penalty of `recipe`'s [decode] (the teacher's 0.6, the student's 1.5)."""
+    return ["--beam", "4", "--lenpen", str(load_recipe(recipe).decode.lenpen)]
+
+
+def distilled_corpus(teachers: list[Path], data: Path, fresh: bool) -> Path:
+    """The training sources with the teachers' ensemble translations as targets, prepared with
+    the teachers' vocabulary (valid and test stay real)."""
+    work = WORK / f"kd_corpus_ens{len(teachers)}"
     out = work / "prepared"
     if (out / "meta.json").exists() and not fresh:
         return out
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     shutil.copyfile(data / "train.en", work / "train.en")
-    nmt("translate", "-m", str(teacher), "-i", str(data / "train.en"), "-o", str(work / "train.de"), *DECODE)
+    ensemble = [arg for teacher in teachers for arg in ("-m", str(teacher))]
+    nmt("translate", *ensemble, "-i", str(data / "train.en"), "-o", str(work / "train.de"), *decode(RECIPE))
     nmt(
         "prepare",
         "--train",
@@ -61,13 +71,16 @@ def distilled_corpus(teacher: Path, data: Path, seed: int, fresh: bool) -> Path:
     return out
 
 
-def scores(model: Path, data: Path) -> dict:
-    """sacreBLEU on valid and test, beam 4, fp32 (the model's quality, not a decoding setting's)."""
+def scores(models: list[Path], recipe: Path, data: Path, hyps: Path) -> dict:
+    """sacreBLEU on valid and test, beam 4, fp32 (the model's quality, not a decoding setting's),
+    `recipe`'s length penalty; several models decode as an ensemble. The translations go to the
+    folder `hyps`."""
     result = {}
+    ensemble = [arg for model in models for arg in ("-m", str(model))]
     for split, name in (("valid", "val"), ("test", "test_2016_flickr")):
-        hyp = model.with_name(f"{split}.hyp")
+        hyp = hyps / f"{split}.hyp"
         source = str(data / f"{name}.en")
-        nmt("translate", "-m", str(model), "-i", source, "-o", str(hyp), "--precision", "fp32", *DECODE)
+        nmt("translate", *ensemble, "-i", source, "-o", str(hyp), "--precision", "fp32", *decode(recipe))
         result[f"bleu_{split}"] = round(bleu(hyp, data / f"{name}.de")[0], 2)
     return result
 
@@ -79,16 +92,18 @@ def with_shortlist(model: Path, data: Path) -> Path:
     return listed
 
 
-def speed(models: dict[str, Path], data: Path, lines: int, repeats: int, precisions: list[str]) -> dict:
-    """Sentences/s and BLEU of every model at every setting, runs interleaved; then each model's
-    fastest setting within 0.3 BLEU of its fp32."""
+def speed(
+    models: dict[str, tuple[Path, Path]], data: Path, lines: int, repeats: int, precisions: list[str]
+) -> dict:
+    """Sentences/s and BLEU of every (model, recipe) at every setting, runs interleaved; then each
+    model's fastest setting within 0.3 BLEU of its fp32."""
     work = WORK / "kd_speed"
     work.mkdir(parents=True, exist_ok=True)
     source, reference = repeated_test(data, lines, work)
     settings = [(p, s) for p in precisions for s in (False, True)]
     seconds: dict[tuple[str, str, bool], list[float]] = {}
     for _ in range(repeats):
-        for name, model in models.items():
+        for name, (model, recipe) in models.items():
             for precision, listed in settings:
                 out = work / f"{name}_{precision}{'_shortlist' if listed else ''}.hyp"
                 args = ["-m", str(with_shortlist(model, data) if listed else model), "-i", str(source)]
@@ -97,7 +112,7 @@ def speed(models: dict[str, Path], data: Path, lines: int, repeats: int, precisi
                     str(out),
                     "--precision",
                     precision,
-                    *DECODE,
+                    *decode(recipe),
                     *(["--shortlist"] if listed else []),
                 ]
                 seconds.setdefault((name, precision, listed), []).append(nmt("translate", *args)[0])
@@ -126,24 +141,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--minutes", type=float, default=15.0, help="the teacher's training time")
-    parser.add_argument("--student-minutes", type=float, default=15.0, help="the student's training time")
+    parser.add_argument("--student-minutes", type=float, default=30.0, help="the student's training time")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--teachers", type=int, default=3, help="tuned-recipe seeds in the teaching ensemble")
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each setting; 0: no timing")
     parser.add_argument("--precisions", default="fp32,int8", help="nmt precisions timed")
     parser.add_argument("--fresh", action="store_true", help="retrain every model")
     args = parser.parse_args(argv)
     result: dict = {"lines": args.lines, "settings": "beam 4, lenpen 0.6, 2 cores"}
-    first: dict[str, Path] = {}
+    teachers = [
+        trained_model(args.data, "recipe", args.minutes, args.fresh, seed=seed)
+        for seed in range(1, args.teachers + 1)
+    ]
+    corpus = distilled_corpus([model for model, _ in teachers], args.data, args.fresh)
+    result["ensemble"] = scores([model for model, _ in teachers], RECIPE, args.data, corpus.parent)
+    first: dict[str, tuple[Path, Path]] = {}
     for seed in args.seeds:
-        teacher, teacher_facts = trained_model(args.data, "recipe", args.minutes, args.fresh, seed=seed)
-        corpus = distilled_corpus(teacher, args.data, seed, args.fresh)
+        teacher, teacher_facts = (
+            teachers[seed - 1]
+            if seed <= len(teachers)
+            else trained_model(args.data, "recipe", args.minutes, args.fresh, seed=seed)
+        )
         student, student_facts = trained_run(
             corpus, STUDENT, "recipe", args.student_minutes, args.fresh, seed=seed, name="kd_student"
         )
-        for name, model, facts in (("teacher", teacher, teacher_facts), ("student", student, student_facts)):
-            result[f"{name}_seed{seed}"] = {**facts, **scores(model, args.data)}
-        first = first or {"teacher": teacher, "student": student}
+        runs = (("teacher", teacher, RECIPE, teacher_facts), ("student", student, STUDENT, student_facts))
+        for name, model, recipe, facts in runs:
+            result[f"{name}_seed{seed}"] = {**facts, **scores([model], recipe, args.data, model.parent)}
+        first = first or {"teacher": (teacher, RECIPE), "student": (student, STUDENT)}
     for name in ("teacher", "student"):
         for split in ("valid", "test"):
             values = [result[f"{name}_seed{seed}"][f"bleu_{split}"] for seed in args.seeds]

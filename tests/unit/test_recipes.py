@@ -134,18 +134,22 @@ EXPECTED = {
         "train.warmup": 400,
         "train.max_tokens": 2048,
     },
-    # distillation.md's student: deep encoder, one decoder layer, otherwise small.toml's
+    # distillation.md's student: deep encoder, one decoder layer, narrower than small.toml
     "multi30k/student.toml": {
         "model.encoder_layers": 6,
         "model.decoder_layers": 1,
-        "model.d_model": 256,
-        "model.d_ff": 1024,
+        "model.d_model": 192,
+        "model.d_ff": 768,
         "model.heads": 4,
+        "model.d_k": 48,
+        "model.d_v": 48,
         "decode.beam": 4,
-        "decode.lenpen": 0.6,
+        "decode.lenpen": 1.5,
         "train.lr_schedule": "linear",
+        "train.lr": 2e-3,
         "train.max_tokens": 4096,
         "train.warmup": 1000,
+        "train.max_minutes": 30.0,
     },
 }
 
