@@ -22,6 +22,7 @@ bench/work/kd_corpus_ensN/ and students in bench/work/kd_student_recipe_<minutes
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -39,17 +40,19 @@ def decode(recipe: Path) -> list[str]:
     return ["--beam", "4", "--lenpen", str(load_recipe(recipe).decode.lenpen)]
 
 
-def distilled_corpus(teachers: list[Path], data: Path, fresh: bool) -> Path:
+def distilled_corpus(teachers: list[tuple[Path, dict]], data: Path, fresh: bool) -> tuple[Path, bool]:
     """The training sources with the teachers' ensemble translations as targets, prepared with
-    the teachers' vocabulary (valid and test stay real)."""
+    the teachers' vocabulary (valid and test stay real); and whether it was made anew. A cached
+    corpus is reused only while the teachers are the runs it was translated by."""
     work = WORK / f"kd_corpus_ens{len(teachers)}"
-    out = work / "prepared"
-    if (out / "meta.json").exists() and not fresh:
-        return out
+    out, stamp = work / "prepared", work / "teachers.json"
+    made_by = json.dumps([facts for _, facts in teachers], sort_keys=True)
+    if (out / "meta.json").exists() and stamp.exists() and stamp.read_text() == made_by and not fresh:
+        return out, False
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     shutil.copyfile(data / "train.en", work / "train.en")
-    ensemble = [arg for teacher in teachers for arg in ("-m", str(teacher))]
+    ensemble = [arg for teacher, _ in teachers for arg in ("-m", str(teacher))]
     nmt("translate", *ensemble, "-i", str(data / "train.en"), "-o", str(work / "train.de"), *decode(RECIPE))
     nmt(
         "prepare",
@@ -68,7 +71,8 @@ def distilled_corpus(teachers: list[Path], data: Path, fresh: bool) -> Path:
         "--spm-from",
         str(prepared(data)),
     )
-    return out
+    stamp.write_text(made_by)
+    return out, True
 
 
 def scores(models: list[Path], recipe: Path, data: Path, hyps: Path) -> dict:
@@ -149,12 +153,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--precisions", default="fp32,int8", help="nmt precisions timed")
     parser.add_argument("--fresh", action="store_true", help="retrain every model")
     args = parser.parse_args(argv)
-    result: dict = {"lines": args.lines, "settings": "beam 4, lenpen 0.6, 2 cores"}
+    result: dict = {"lines": args.lines, "settings": "beam 4, each recipe's lenpen, 2 cores"}
     teachers = [
         trained_model(args.data, "recipe", args.minutes, args.fresh, seed=seed)
         for seed in range(1, args.teachers + 1)
     ]
-    corpus = distilled_corpus([model for model, _ in teachers], args.data, args.fresh)
+    corpus, new_corpus = distilled_corpus(teachers, args.data, args.fresh)
     result["ensemble"] = scores([model for model, _ in teachers], RECIPE, args.data, corpus.parent)
     first: dict[str, tuple[Path, Path]] = {}
     for seed in args.seeds:
@@ -164,7 +168,14 @@ def main(argv: list[str] | None = None) -> dict:
             else trained_model(args.data, "recipe", args.minutes, args.fresh, seed=seed)
         )
         student, student_facts = trained_run(
-            corpus, STUDENT, "recipe", args.student_minutes, args.fresh, seed=seed, name="kd_student"
+            # a student of an earlier corpus is not this corpus's student
+            corpus,
+            STUDENT,
+            "recipe",
+            args.student_minutes,
+            args.fresh or new_corpus,
+            seed=seed,
+            name="kd_student",
         )
         runs = (("teacher", teacher, RECIPE, teacher_facts), ("student", student, STUDENT, student_facts))
         for name, model, recipe, facts in runs:
