@@ -3,8 +3,8 @@
 import os
 import sys
 
-from nmt_cli.cli.app import Globals
 from nmt_cli.cli.main import main
+from nmt_cli.cli.session import Globals
 
 
 def console() -> None:

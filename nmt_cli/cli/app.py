@@ -5,7 +5,6 @@ command so that `nmt --help` does not load torch. `cli.main` runs the app and wo
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,8 @@ import typer
 
 from nmt_cli import __version__
 from nmt_cli.cli import options as opt
+from nmt_cli.cli import results
+from nmt_cli.cli.session import Globals, imported
 from nmt_cli.errors import InputError
 
 app = typer.Typer(
@@ -33,26 +34,10 @@ app = typer.Typer(
 )
 
 
-class Globals:
-    debug = False
-    quiet = False
-    fast_exit = False  # set by commands whose process has nothing left to do once they return
-
-
 def _version(value: bool) -> None:
     if value:
         print(f"nmt {__version__}")
         raise typer.Exit()
-
-
-def _imported() -> None:
-    """Called by each command once its modules (torch among them) are imported: those objects
-    live as long as the process, so the garbage collector, off since `cli.main` started, leaves
-    them out of its scans from now on (`gc.freeze`; forked decoding workers then share their
-    pages instead of copying them) and runs again. Scanning them cost a 2-core machine about
-    90 ms while torch was imported and 65 ms more at the first collection after it."""
-    gc.freeze()
-    gc.enable()
 
 
 @app.callback()
@@ -134,7 +119,7 @@ def prepare(
     from nmt_cli.commands import prepare as command
     from nmt_cli.config import PrepareConfig
 
-    _imported()
+    imported()
 
     command.run(PrepareConfig(**given), quiet=Globals.quiet)
 
@@ -172,7 +157,7 @@ def train(
     from nmt_cli.commands import train as command
     from nmt_cli.config import RuntimeConfig
 
-    _imported()
+    imported()
 
     if keep_optimizer and init_from is None:
         raise InputError("--keep-optimizer goes with --init-from (a resumed run keeps its optimizer anyway)")
@@ -194,7 +179,7 @@ def average(
     """Average the parameters of several checkpoints (fp32)."""
     from nmt_cli.commands import average as command
 
-    _imported()
+    imported()
 
     command.run(list(checkpoints or []), output, run_dir=run, last=last, quiet=Globals.quiet)
 
@@ -228,7 +213,7 @@ def shortlist(
     """
     from nmt_cli.commands import shortlist as command
 
-    _imported()
+    imported()
 
     command.run(model, train, output, (src, tgt), candidates, frequent, max_pairs, valid, Globals.quiet)
 
@@ -244,7 +229,7 @@ def import_(
     """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint."""
     from nmt_cli.commands import import_model as command
 
-    _imported()
+    imported()
 
     command.run(source, output, quiet=Globals.quiet)
 
@@ -260,7 +245,7 @@ def export(
     """Write a checkpoint as a CTranslate2 model directory, with its sentencepiece model."""
     from nmt_cli.commands import export as command
 
-    _imported()
+    imported()
 
     command.run(model, format_, output, quantization, force, quiet=Globals.quiet)
 
@@ -305,7 +290,7 @@ def translate(
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
     from nmt_cli.decoding.settings import Sampling
 
-    _imported()
+    imported()
 
     Globals.fast_exit = True
     decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len, shortlist)
@@ -345,88 +330,11 @@ def attend(
     from nmt_cli.commands import attend as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig
 
-    _imported()
+    imported()
 
     decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
     runtime = RuntimeConfig(device, "fp32", threads)
     command.run(model, input_, out_dir, layer, head, format_, decode, runtime, batch_tokens, Globals.quiet)
-
-
-@app.command(
-    epilog="Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
-    "--metrics bleu,chrf\n\n"
-    "nmt score --hyp test.hyp --ref test.de --compound-split   (the paper's En-De BLEU)\n\n"
-    "nmt score --hyp test.hyp --ref ref1.de --ref ref2.de --json"
-)
-def score(
-    ref: Annotated[list[Path], typer.Option(help="Reference file; repeat for several references.")],
-    hyp: Annotated[Path | None, typer.Option(help="Hypotheses (default: stdin).")] = None,
-    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu",
-    tokenize: Annotated[
-        str | None,
-        typer.Option(
-            help="BLEU tokenizer: 13a (default), intl, none, char, zh...; none with --compound-split."
-        ),
-    ] = None,
-    compound_split: Annotated[
-        bool,
-        typer.Option(
-            "--compound-split",
-            help="Tokenized BLEU on compound-split text, as the paper reports En-De (tensor2tensor's "
-            "get_ende_bleu.sh: Moses tokenizer -l de, ##AT## split, multi-bleu.perl).",
-        ),
-    ] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print the scores as one JSON object.")] = False,
-) -> None:
-    """Score hypotheses with sacreBLEU: BLEU, chrF, TER.
-
-    Prints one line per metric with its sacreBLEU signature. Hypotheses and every
-    reference must have the same number of lines.
-
-    The paper's En-De figures are not sacreBLEU: they are BLEU of Moses-tokenized text
-    with hyphenated compounds split ("a-b" -> "a ##AT##-##AT## b"), which reads higher
-    (Ott et al., 2018: 29.3 that way is 28.6 as sacreBLEU). --compound-split computes that
-    figure: the Moses tokenizer for German (sacremoses, escaping on, as tokenizer.perl -l de),
-    then the split, then BLEU with no further tokenization or smoothing, as multi-bleu.perl
-    (--tokenize none skips the Moses step for files that are tokenized already). Its line is
-    labelled "tokenized BLEU, compound-split"; every other line is labelled "sacreBLEU".
-    Report sacreBLEU; use --compound-split only to compare with the paper's Table 2.
-    """
-    from nmt_cli.commands import score as command
-
-    _imported()
-
-    command.run(
-        refs=ref, hyp=hyp, metrics=metrics, tokenize=tokenize, as_json=json_, compound_split=compound_split
-    )
-
-
-@app.command(
-    epilog="Examples: nmt plot runs/m30k -o curves.png\n\n"
-    "nmt plot runs/base runs/big -o compare.svg --x-axis wall\n\n"
-    "nmt plot runs/m30k --terminal   (no matplotlib needed)"
-)
-def plot(
-    runs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl files).")],
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Picture, .png or .svg (default: curves.png unless --terminal)."),
-    ] = None,
-    terminal: Annotated[
-        bool, typer.Option("--terminal", help="Draw the loss curve and a summary in the terminal.")
-    ] = False,
-    x_axis: Annotated[str, typer.Option(help="Horizontal axis: update or wall (training time).")] = "update",
-) -> None:
-    """Training curves from metrics.jsonl: loss, valid BLEU, learning rate, tokens/s.
-
-    Several runs are overlaid, one colour each. A run still training can be plotted at any
-    time. Pictures need matplotlib (pip install 'nmt-cli[plot]'); --terminal does not.
-    """
-    from nmt_cli.commands import plot as command
-
-    _imported()
-
-    command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet)
 
 
 @app.command(
@@ -465,7 +373,7 @@ def serve(
     from nmt_cli.commands import serve as command
     from nmt_cli.config import DecodeOverrides, RuntimeConfig, ServeLimits
 
-    _imported()
+    imported()
 
     limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
     runtime = RuntimeConfig(device, precision, threads, workers)
@@ -481,3 +389,6 @@ def serve(
         api_keys=api_keys,
         allow_anonymous=allow_anonymous,
     )
+
+
+app.add_typer(results.commands)  # score and plot, listed after the commands above

@@ -14,7 +14,8 @@ import traceback
 
 import typer
 
-from nmt_cli.cli.app import Globals, app
+from nmt_cli.cli.app import app
+from nmt_cli.cli.session import Globals
 from nmt_cli.errors import SettingError, Terminated, describe
 
 try:  # recent Typer releases ship their own copy of click

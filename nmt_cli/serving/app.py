@@ -12,36 +12,36 @@
                      version; "pairs" describes every language pair served
     GET  /metrics    Prometheus' text format (`serving.metrics`)
 
-Every request is checked in full here before anything reaches a model, its decode settings by
-the same rules as `nmt translate`'s options; a bad one gets a 4xx with `{"error": "FIELD: what is
-wrong"}`, a full queue a 503 with Retry-After. With API keys, /translate, /info and /metrics need
-one (`api_key`, or `Authorization: Bearer KEY`): 403 without. The event loop only checks, queues
-and awaits: decoding runs on the batchers' threads. No endpoint touches files. fastapi is an
-optional extra, imported only inside functions so that the rest of the toolkit runs without it.
+Every request is checked in full (`serving.requests`) before anything reaches a model, its
+decode settings by the same rules as `nmt translate`'s options; a bad one gets a 4xx with
+`{"error": "FIELD: what is wrong"}`, a full queue a 503 with Retry-After. With API keys,
+/translate, /info and /metrics need one (`api_key`, or `Authorization: Bearer KEY`): 403 without.
+The event loop only checks, queues and awaits: decoding runs on the batchers' threads. No endpoint
+touches files. fastapi is an optional extra, imported only inside functions so that the rest of
+the toolkit runs without it.
 """
 
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
-from nmt_cli.config import DecodeOverrides, ServeLimits
-from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
+from nmt_cli.config import ServeLimits
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.workers import WorkerDied
-from nmt_cli.errors import InputError, SettingError
+from nmt_cli.errors import InputError
 from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving import libretranslate
 from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.metrics import Metrics
+from nmt_cli.serving.requests import BadRequest, Served, json_object, parse_lines, parse_settings, route
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -51,37 +51,8 @@ if TYPE_CHECKING:
 
 EXTRA = "pip install 'nmt-cli[serve]'"
 RETRY_AFTER_S = 1
-SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-FIELDS = ("text", "source", "target", "api_key", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
 ROUTES = ("/", "/translate", "/languages", "/health", "/info", "/metrics")
 log = logging.getLogger("nmt_cli.serving")
-
-
-class BadRequest(Exception):
-    """A request refused before it reaches the model: an HTTP status and a message naming the field."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass
-class Served:
-    """One language pair: its translator (an ensemble of its checkpoints), with a queue and
-    decoding threads of its own, so that a busy pair does not hold up another."""
-
-    translator: "Translator"
-    paths: list[Path]
-    batcher: "Batcher[Hypotheses]"
-
-    @property
-    def pair(self) -> tuple[str, str] | None:
-        return self.translator.languages
-
-    @property
-    def name(self) -> str:
-        return "-".join(self.pair) if self.pair else "model"
 
 
 def require_extra() -> None:
@@ -92,95 +63,6 @@ def require_extra() -> None:
         import uvicorn  # noqa: F401
     except ImportError as err:
         raise InputError(f"nmt serve needs {err.name}, part of an optional extra: {EXTRA}") from None
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The JSON object of a request body; BadRequest naming what is wrong otherwise."""
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as err:
-        raise BadRequest(
-            400, f"body: not valid JSON ({err.msg}, line {err.lineno} column {err.colno})"
-        ) from None
-    except UnicodeDecodeError as err:
-        raise BadRequest(400, f"body: not valid UTF-8 (byte {err.start})") from None
-    except RecursionError:
-        raise BadRequest(400, "body: JSON nested too deeply") from None
-    except ValueError:  # an integer of more digits than Python converts
-        raise BadRequest(400, "body: a number with too many digits") from None
-    if not isinstance(data, dict):
-        raise BadRequest(422, 'body: must be a JSON object such as {"text": ["..."]}')
-    return data
-
-
-def parse_lines(data: Mapping[str, Any], limits: ServeLimits) -> list[str]:
-    """The lines of nmt's own request shape, checked; BadRequest for anything else."""
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise BadRequest(422, f"{unknown[0]}: unknown field; use {', '.join(FIELDS)}")
-    text = data.get("text")
-    if not isinstance(text, list) or not text or not all(isinstance(line, str) for line in text):
-        raise BadRequest(422, "text: must be a non-empty list of strings")
-    if len(text) > limits.max_lines:
-        raise BadRequest(422, f"text: {len(text)} lines; at most {limits.max_lines} per request")
-    for i, line in enumerate(text):
-        if len(line) > limits.max_input_chars:
-            raise BadRequest(422, f"text[{i}]: {len(line)} characters; at most {limits.max_input_chars}")
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:  # JSON allows "\ud800", which no tokenizer can take
-            raise BadRequest(422, f"text[{i}]: not valid Unicode (a lone surrogate)") from None
-    for name in ("source", "target", "api_key"):
-        if data.get(name) is not None and not isinstance(data[name], str):
-            raise BadRequest(422, f"{name}: must be a string")
-    return [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
-
-
-def parse_settings(data: Mapping[str, Any], limits: ServeLimits, translator: "Translator") -> DecodeSettings:
-    """The decode settings of nmt's own request shape, by the same rules as `nmt translate`'s
-    options (`decoding.settings`)."""
-    try:
-        search = DecodeOverrides(**{name: data.get(name) for name in SEARCH_FIELDS})
-        sampling = Sampling.given(data.get("sampling"), *(data.get(name) for name in SAMPLING_FIELDS))
-        return translator.settings(search, data.get("nbest"), limits.max_batch_tokens, sampling)
-    except SettingError as err:
-        raise BadRequest(422, err.as_field()) from None
-
-
-def parse_request(
-    body: bytes, limits: ServeLimits, translator: "Translator"
-) -> tuple[list[str], DecodeSettings]:
-    """The lines and decode settings of a POST /translate body in nmt's own shape."""
-    data = json_object(body)
-    lines = parse_lines(data, limits)
-    return lines, parse_settings(data, limits, translator)
-
-
-def route(
-    served: Sequence[Served], source: str | None, target: str | None, status: int = 422
-) -> tuple[Served, str | None]:
-    """The pair that translates `source` into `target`, and the source chosen for "auto" (the
-    only one served into `target`). Either may be left out where one pair fits."""
-    if len(served) == 1 and served[0].pair is None:  # a checkpoint that records no languages
-        return served[0], None
-    auto = source in (None, "auto")
-    fits = [
-        s
-        for s in served
-        if s.pair is not None and (auto or s.pair[0] == source) and (target is None or s.pair[1] == target)
-    ]
-    if len(fits) == 1:
-        pair = fits[0].pair
-        return fits[0], pair[0] if source == "auto" and pair is not None else None
-    names = ", ".join(s.name for s in served)
-    if not fits:
-        return_pair = f"{source or 'any source'} into {target or 'any target'}"
-        raise BadRequest(
-            status, f"source, target: no model translates {return_pair}; this server has {names}"
-        )
-    raise BadRequest(
-        status, f"source, target: several models fit ({', '.join(s.name for s in fits)}); name both languages"
-    )
 
 
 def describe_model(translator: "Translator", models: Sequence[Path]) -> dict[str, Any]:
