@@ -1,7 +1,7 @@
 """Sequence-level knowledge distillation on Multi30k En-De (recipes/multi30k/distillation.md),
 end to end: the teachers (recipes/multi30k/small.toml, 15 minutes each, seeds 1..--teachers, as
 time_to_bleu.py trains them), their ensemble's beam-4 translations of the training set, the
-student (recipes/multi30k/student.toml, 30 minutes on those) for each --seeds, the tuned recipe's
+student (recipes/multi30k/student.toml, 45 minutes on those) for each --seeds, the tuned recipe's
 model and the student of each seed scored on valid and test, and both decoding the same lines at
 beam 4.
 
@@ -16,7 +16,7 @@ for every seed.
 Teachers are cached in bench/work/ttb_recipe_15min[_seedN]/, the distilled corpus in
 bench/work/kd_corpus_ensN/ and students in bench/work/kd_student_recipe_<minutes>min[_seedN]/;
 --fresh retrains them all.
-    .venv/bin/python bench/distillation.py [--seeds 1 2] [--teachers 3] [--student-minutes 30]
+    .venv/bin/python bench/distillation.py [--seeds 1 2] [--teachers 3] [--student-minutes 45]
 """
 
 from __future__ import annotations
@@ -89,42 +89,57 @@ def scores(models: list[Path], recipe: Path, data: Path, hyps: Path) -> dict:
     return result
 
 
-def with_shortlist(model: Path, data: Path) -> Path:
-    listed = model.with_name("average_shortlist.pt")
+SHORTLISTS = {"shortlist": (20, 100), "small_shortlist": (10, 50)}
+"""Shortlist sizes timed, (candidates a source piece, frequent pieces): `nmt shortlist`'s defaults,
+and half of each, which a distilled student's peakier output may need no more than."""
+
+
+def with_shortlist(model: Path, corpus: Path, sizes: tuple[int, int]) -> Path:
+    """`model` with a shortlist of `sizes` learned from its own training corpus `corpus` (a raw
+    text prefix: the real pairs for the teacher, the distilled ones for the student)."""
+    listed = model.with_name(f"average_shortlist_{sizes[0]}_{sizes[1]}.pt")
     if not listed.exists():
-        nmt("shortlist", "-m", str(model), "--train", str(data / "train"), "-o", str(listed))
+        candidates, frequent = (str(n) for n in sizes)
+        nmt(
+            "shortlist",
+            "-m",
+            str(model),
+            "--train",
+            str(corpus),
+            "-o",
+            str(listed),
+            "--candidates",
+            candidates,
+            "--frequent",
+            frequent,
+        )
     return listed
 
 
-def speed(
-    models: dict[str, tuple[Path, Path]], data: Path, lines: int, repeats: int, precisions: list[str]
-) -> dict:
-    """Sentences/s and BLEU of every (model, recipe) at every setting, runs interleaved; then each
-    model's fastest setting within 0.3 BLEU of its fp32."""
+Timed = tuple[Path, Path, Path]
+"""A model, its recipe and its training corpus (a raw text prefix, for its shortlists)."""
+
+
+def speed(models: dict[str, Timed], data: Path, lines: int, repeats: int, precisions: list[str]) -> dict:
+    """Sentences/s and BLEU of every model at every setting (precision; no shortlist or one of
+    SHORTLISTS), runs interleaved; then each model's fastest setting within 0.3 BLEU of its fp32."""
     work = WORK / "kd_speed"
     work.mkdir(parents=True, exist_ok=True)
     source, reference = repeated_test(data, lines, work)
-    settings = [(p, s) for p in precisions for s in (False, True)]
-    seconds: dict[tuple[str, str, bool], list[float]] = {}
+    settings = [(p, s) for p in precisions for s in ("", *SHORTLISTS)]
+    seconds: dict[str, list[float]] = {}
     for _ in range(repeats):
-        for name, (model, recipe) in models.items():
+        for name, (model, recipe, corpus) in models.items():
             for precision, listed in settings:
-                out = work / f"{name}_{precision}{'_shortlist' if listed else ''}.hyp"
-                args = ["-m", str(with_shortlist(model, data) if listed else model), "-i", str(source)]
-                args += [
-                    "-o",
-                    str(out),
-                    "--precision",
-                    precision,
-                    *decode(recipe),
-                    *(["--shortlist"] if listed else []),
-                ]
-                seconds.setdefault((name, precision, listed), []).append(nmt("translate", *args)[0])
+                label = "_".join(x for x in (name, precision, listed) if x)
+                checkpoint = with_shortlist(model, corpus, SHORTLISTS[listed]) if listed else model
+                args = ["-m", str(checkpoint), "-i", str(source), "-o", str(work / f"{label}.hyp")]
+                args += ["--precision", precision, *decode(recipe), *(["--shortlist"] if listed else [])]
+                seconds.setdefault(label, []).append(nmt("translate", *args)[0])
     import sacrebleu
 
     result: dict = {}
-    for (name, precision, listed), runs in seconds.items():
-        label = f"{name}_{precision}{'_shortlist' if listed else ''}"
+    for label, runs in seconds.items():
         hyps = (work / f"{label}.hyp").read_text(encoding="utf-8").splitlines()
         median = statistics.median(runs)
         result[label] = {
@@ -145,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--minutes", type=float, default=15.0, help="the teacher's training time")
-    parser.add_argument("--student-minutes", type=float, default=30.0, help="the student's training time")
+    parser.add_argument("--student-minutes", type=float, default=45.0, help="the student's training time")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--teachers", type=int, default=3, help="tuned-recipe seeds in the teaching ensemble")
     parser.add_argument("--lines", type=int, default=5000)
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     corpus, new_corpus = distilled_corpus(teachers, args.data, args.fresh)
     result["ensemble"] = scores([model for model, _ in teachers], RECIPE, args.data, corpus.parent)
-    first: dict[str, tuple[Path, Path]] = {}
+    first: dict[str, Timed] = {}
     for seed in args.seeds:
         teacher, teacher_facts = (
             teachers[seed - 1]
@@ -180,7 +195,10 @@ def main(argv: list[str] | None = None) -> dict:
         runs = (("teacher", teacher, RECIPE, teacher_facts), ("student", student, STUDENT, student_facts))
         for name, model, recipe, facts in runs:
             result[f"{name}_seed{seed}"] = {**facts, **scores([model], recipe, args.data, model.parent)}
-        first = first or {"teacher": (teacher, RECIPE), "student": (student, STUDENT)}
+        first = first or {
+            "teacher": (teacher, RECIPE, args.data / "train"),
+            "student": (student, STUDENT, corpus.parent / "train"),
+        }
     for name in ("teacher", "student"):
         for split in ("valid", "test"):
             values = [result[f"{name}_seed{seed}"][f"bleu_{split}"] for seed in args.seeds]

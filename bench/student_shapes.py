@@ -34,6 +34,7 @@ SHAPES = {
     "3+1_d256": dict(encoder_layers=3, decoder_layers=1),
     "6+1_d256_ff512": dict(encoder_layers=6, decoder_layers=1, d_ff=512),
     "6+1_d192": dict(encoder_layers=6, decoder_layers=1, d_model=192, d_ff=768, d_k=48, d_v=48),
+    "6+1_d160": dict(encoder_layers=6, decoder_layers=1, d_model=160, d_ff=640, d_k=40, d_v=40),
     "6+1_d128": dict(encoder_layers=6, decoder_layers=1, d_model=128, d_ff=512, d_k=32, d_v=32),
 }
 

@@ -138,18 +138,18 @@ EXPECTED = {
     "multi30k/student.toml": {
         "model.encoder_layers": 6,
         "model.decoder_layers": 1,
-        "model.d_model": 192,
-        "model.d_ff": 768,
+        "model.d_model": 160,
+        "model.d_ff": 640,
         "model.heads": 4,
-        "model.d_k": 48,
-        "model.d_v": 48,
+        "model.d_k": 40,
+        "model.d_v": 40,
         "decode.beam": 4,
         "decode.lenpen": 1.5,
         "train.lr_schedule": "linear",
         "train.lr": 2e-3,
         "train.max_tokens": 4096,
         "train.warmup": 1000,
-        "train.max_minutes": 30.0,
+        "train.max_minutes": 45.0,
     },
 }
 
