@@ -7,8 +7,10 @@ beam 4.
 
 Speed: test_2016_flickr.en repeated to --lines lines, translated by whole `nmt translate`
 processes (as a user runs it; median of --repeats, the teacher's and the student's runs
-interleaved), at each --precisions with and without the shortlist (`nmt shortlist` on the real
-training corpus, its default sizes). Each model is taken at its fastest setting within 0.3 BLEU
+interleaved), at each --precisions without a shortlist and with each of SHORTLISTS (`nmt
+shortlist`'s default sizes and half of them), learned from the model's own training pairs: the
+real ones for the teacher, the distilled ones for the student. Each model is taken at its
+fastest setting within 0.3 BLEU
 of its own fp32 full-vocabulary output; `student_speedup` is the student's sentences/s over the
 tuned recipe's (one model, not the ensemble). Speed is measured on the first seed's models; BLEU
 for every seed.
@@ -89,7 +91,7 @@ def scores(models: list[Path], recipe: Path, data: Path, hyps: Path) -> dict:
     return result
 
 
-SHORTLISTS = {"shortlist": (20, 100), "small_shortlist": (10, 50)}
+SHORTLISTS = {"shortlist": (20, 100), "half_shortlist": (10, 50)}
 """Shortlist sizes timed, (candidates a source piece, frequent pieces): `nmt shortlist`'s defaults,
 and half of each, which a distilled student's peakier output may need no more than."""
 

@@ -1,6 +1,7 @@
-"""The command line's commands and options: each parses its options into typed objects once and
-calls the plain `run` of its module in `commands/`. Command modules are imported inside each
-command so that `nmt --help` does not load torch. `cli.main` runs the app and words its errors.
+"""The command line's commands and options (score and plot: `cli.results`): each parses its
+options into typed objects once and calls the plain `run` of its module in `commands/`. Command
+modules are imported inside each command so that `nmt --help` does not load torch. `cli.main`
+runs the app and words its errors.
 """
 
 from __future__ import annotations
@@ -337,6 +338,10 @@ def attend(
     command.run(model, input_, out_dir, layer, head, format_, decode, runtime, batch_tokens, Globals.quiet)
 
 
+app.command(epilog=results.SCORE_EPILOG)(results.score)
+app.command(epilog=results.PLOT_EPILOG)(results.plot)
+
+
 @app.command(
     epilog='Examples: nmt serve -m avg.pt --port 8080   (then POST {"text": [...]} to /translate)\n\n'
     "nmt serve -m en-de.pt -m de-en.pt --host 0.0.0.0 --api-keys keys.txt"
@@ -389,6 +394,3 @@ def serve(
         api_keys=api_keys,
         allow_anonymous=allow_anonymous,
     )
-
-
-app.add_typer(results.commands)  # score and plot, listed after the commands above

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     one line and an exit code here; SIGTERM too (`nmt train` and `nmt serve` stop on it their own
     way while they run)."""
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
-    gc.disable()  # until the command's modules are imported (`app._imported`)
+    gc.disable()  # until the command's modules are imported (`session.imported`)
     try:
         _run(argv)
     finally:

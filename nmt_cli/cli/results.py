@@ -1,6 +1,6 @@
 """The commands that read what the others wrote: `nmt score` (translations against references)
-and `nmt plot` (training curves). Part of the command line (`cli.app` adds them); as there, each
-parses its options and calls the plain `run` of its module in `commands/`."""
+and `nmt plot` (training curves). Part of the command line: `cli.app` registers them with their
+epilogs; as there, each parses its options and calls the plain `run` of its module in `commands/`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,19 @@ import typer
 
 from nmt_cli.cli.session import Globals, imported
 
-commands = typer.Typer()
-
-
-@commands.command(
-    epilog="Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
+SCORE_EPILOG = (
+    "Examples: nmt translate -m avg.pt -i test.en | nmt score --ref test.de "
     "--metrics bleu,chrf\n\n"
     "nmt score --hyp test.hyp --ref test.de --compound-split   (the paper's En-De BLEU)\n\n"
     "nmt score --hyp test.hyp --ref ref1.de --ref ref2.de --json"
 )
+PLOT_EPILOG = (
+    "Examples: nmt plot runs/m30k -o curves.png\n\n"
+    "nmt plot runs/base runs/big -o compare.svg --x-axis wall\n\n"
+    "nmt plot runs/m30k --terminal   (no matplotlib needed)"
+)
+
+
 def score(
     ref: Annotated[list[Path], typer.Option(help="Reference file; repeat for several references.")],
     hyp: Annotated[Path | None, typer.Option(help="Hypotheses (default: stdin).")] = None,
@@ -63,11 +67,6 @@ def score(
     )
 
 
-@commands.command(
-    epilog="Examples: nmt plot runs/m30k -o curves.png\n\n"
-    "nmt plot runs/base runs/big -o compare.svg --x-axis wall\n\n"
-    "nmt plot runs/m30k --terminal   (no matplotlib needed)"
-)
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl files).")],
     output: Annotated[

@@ -1,6 +1,7 @@
 """nmt's own POST /translate request, read and checked before anything reaches a model: its
 JSON body, its lines and its decode settings (by the same rules as `nmt translate`'s options);
-and the language pair a request is routed to. Anything wrong is a `BadRequest` naming the field."""
+and the language pair (`Served`: its translator and queue) a request is routed to. Anything
+wrong is a `BadRequest` naming the field."""
 
 import dataclasses
 import json
