@@ -10,10 +10,9 @@ processes (as a user runs it; median of --repeats, the teacher's and the student
 interleaved), at each --precisions without a shortlist and with each of SHORTLISTS (`nmt
 shortlist`'s default sizes and half of them), learned from the model's own training pairs: the
 real ones for the teacher, the distilled ones for the student. Each model is taken at its
-fastest setting within 0.3 BLEU
-of its own fp32 full-vocabulary output; `student_speedup` is the student's sentences/s over the
-tuned recipe's (one model, not the ensemble). Speed is measured on the first seed's models; BLEU
-for every seed.
+fastest setting within 0.3 BLEU of its own fp32 full-vocabulary output; `student_speedup` is the
+student's sentences/s over the tuned recipe's (one model, not the ensemble). Speed is measured on
+the first seed's models; BLEU for every seed.
 
 Teachers are cached in bench/work/ttb_recipe_15min[_seedN]/, the distilled corpus in
 bench/work/kd_corpus_ensN/ and students in bench/work/kd_student_recipe_<minutes>min[_seedN]/;
