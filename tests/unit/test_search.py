@@ -8,6 +8,7 @@ import torch
 from conftest import tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.decoding import search
 from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty, top_k
 from nmt_cli.model import Transformer
 
@@ -146,6 +147,20 @@ def test_outputs_respect_the_maximum_length():
         greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 0.0, 3)),
     ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_encoding_a_batch_in_parts_decodes_as_in_one(monkeypatch, beam):
+    """CPU decoding encodes a large batch in parts of about ENCODE_TOKENS source tokens: one
+    sentence a part here (6 tokens each) gives the same hypotheses and scores as one part."""
+    model, src = tiny(30), sources(30)
+    cfg = decoding(beam, 0.6, "gnmt", 1.0, 5)
+    whole = beam_search(Ensemble([model]), src, cfg, nbest=beam)
+    monkeypatch.setattr(search, "ENCODE_TOKENS", src.shape[1])
+    parted = beam_search(Ensemble([model]), src, cfg, nbest=beam)
+    assert [[h.tokens for h in s] for s in parted] == [[h.tokens for h in s] for s in whole]
+    for got, want in zip(parted, whole, strict=True):
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
 
 
 class EndsAtOnce(Ensemble):
