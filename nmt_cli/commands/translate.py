@@ -9,6 +9,7 @@ Each buffer's output is written and flushed before the next buffer is read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import queue
@@ -61,6 +62,8 @@ def run(
     destination = output_target(output_path, "--output") if output_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = translator.settings(decode, nbest, batch_tokens, sampling)
+    if nbest == 1:  # the output is the text alone
+        settings = dataclasses.replace(settings, scores=False)
     source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)

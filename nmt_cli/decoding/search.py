@@ -118,13 +118,16 @@ class Ensemble:
         projections = [None if vocab is None else _projection(model, vocab) for model in self.models]
         return Batch(states, vocab, projections)
 
-    def step(self, tokens: Tensor, batch: Batch) -> Tensor:
+    def step(self, tokens: Tensor, batch: Batch, normalize: bool = True) -> Tensor:
         """Feed the newest tokens (rows, 1), ids of the batch's vocabulary -> log-probabilities
-        over it (rows, V); the batch's decoder states advance."""
+        over it (rows, V); the batch's decoder states advance. `normalize=False`: a single model's
+        logits instead (an ensemble averages log-probabilities whatever it is asked), whose largest
+        is the likeliest piece all the same."""
         if batch.vocab is not None:
             tokens = batch.vocab[tokens]
+        normalize = normalize or len(self.models) > 1
         outputs = [
-            model.decode_step(tokens, state, project)
+            model.decode_step(tokens, state, project, normalize)
             for model, state, project in zip(self.models, batch.states, batch.projections, strict=True)
         ]
         log_probs = outputs[0][0] if len(outputs) == 1 else torch.stack([o[0] for o in outputs]).mean(dim=0)
@@ -180,20 +183,24 @@ def greedy_search(
     cfg: DecodeConfig,
     sampling: Sampling | None = None,
     vocab: Tensor | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
     `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply. `vocab`:
-    the target ids to choose from (a shortlist), None for all."""
+    the target ids to choose from (a shortlist), None for all. `scores=False`: the hypotheses'
+    scores are not wanted (NaN), so that the search takes the largest logit and skips the
+    softmax, as CTranslate2 does (5% of greedy decoding's time with an 8,000-piece vocabulary)."""
+    normalize = scores or sampling is not None
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
     batch = ensemble.start(src, 1, vocab)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
-    scores = torch.zeros(n, device=device)
+    totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
     for t in range(int(limit.max())):
-        log_probs = ensemble.step(tokens, batch)  # (A, V)
+        log_probs = ensemble.step(tokens, batch, normalize)  # (A, V); logits when not normalize
         _constrain_length(log_probs, t, limit[active], cfg.min_len)
         if sampling is None:
             best, tokens = top_k(log_probs, 1)  # (A, 1)
@@ -202,7 +209,8 @@ def greedy_search(
             tokens = draw(log_probs, sampling, uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
         out[active, t] = tokens[:, 0]
-        scores[active] += best[:, 0]
+        if normalize:
+            totals[active] += best[:, 0]
         running = tokens[:, 0] != EOS_ID
         if not bool(running.all()):
             keep = running.nonzero()[:, 0]
@@ -211,7 +219,7 @@ def greedy_search(
             active, tokens = active[keep], tokens[keep]
             batch.reorder(keep, keep)
     out = batch.target_ids(out)
-    return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), scores.tolist(), strict=True)]
+    return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), totals.tolist(), strict=True)]
 
 
 def _strip(row: list[int]) -> list[int]:
@@ -309,12 +317,14 @@ def translate_batch(
     nbest: int = 1,
     sampling: Sampling | None = None,
     shortlist: Shortlist | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise; over
-    the batch's shortlist vocabulary when a shortlist is given."""
+    the batch's shortlist vocabulary when a shortlist is given. `scores=False`: the caller reads
+    no score, which greedy search may then leave out (NaN)."""
     vocab = shortlist.vocabulary(src) if shortlist is not None else None
     if sampling is not None or (cfg.beam == 1 and nbest == 1):
-        return greedy_search(ensemble, src, cfg, sampling, vocab)
+        return greedy_search(ensemble, src, cfg, sampling, vocab, scores)
     return beam_search(ensemble, src, cfg, nbest, vocab)
 
 
@@ -327,8 +337,10 @@ def translate_sentences(
     nbest: int = 1,
     sampling: Sampling | None = None,
     shortlist: Shortlist | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Translate source id sequences (without EOS) in length-sorted batches; results in input order."""
+    """Translate source id sequences (without EOS) in length-sorted batches; results in input order
+    (`translate_batch`)."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -338,7 +350,7 @@ def translate_sentences(
     budget = max(batch_tokens // rows_per_source, int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist)
+        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist, scores)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

@@ -84,6 +84,9 @@ class DecodeSettings:
     batch_tokens: int = BATCH_TOKENS
     sampling: Sampling | None = None
     """Draw one translation per line instead of searching (the search then has beam 1)."""
+    scores: bool = True
+    """Whether the caller reads the hypotheses' scores; without them, greedy search skips the
+    softmax and gives NaN scores."""
 
 
 def resolve(

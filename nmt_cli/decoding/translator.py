@@ -132,7 +132,8 @@ class Translator:
 
     def translate(self, lines: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
-        return [hyps[0][0] for hyps in self.translate_nbest(lines, 1, **options)]
+        settings = dataclasses.replace(self._settings_of(options, 1), scores=False)
+        return [hyps[0][0] for hyps in self.translate_with(lines, settings)]
 
     def translate_nbest(
         self, lines: Sequence[str], nbest: int = 1, **options: Unpack[DecodeOptions]
@@ -141,15 +142,15 @@ class Translator:
         empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
         given; `sampling` draws one hypothesis per line instead of searching) apply to this call
         only; one out of range, or in conflict with another, raises `SettingError`."""
+        return self.translate_with(lines, self._settings_of(options, nbest))
+
+    def _settings_of(self, options: DecodeOptions, nbest: int) -> DecodeSettings:
         unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
         if unknown:
             raise TypeError(f"translate_nbest() got an unexpected keyword argument {unknown[0]!r}")
         given = cast(dict[str, Any], options)
         search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
-        settings = self.settings(
-            search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")
-        )
-        return self.translate_with(lines, settings)
+        return self.settings(search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling"))
 
     def settings(
         self,
@@ -233,6 +234,7 @@ class Translator:
             settings.nbest,
             settings.sampling,
             self.shortlist if settings.search.shortlist else None,
+            settings.scores,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]

@@ -308,14 +308,19 @@ class Transformer(nn.Module):
         )
 
     def decode_step(
-        self, tokens: Tensor, state: DecoderState, project: Callable[[Tensor], Tensor] | None = None
+        self,
+        tokens: Tensor,
+        state: DecoderState,
+        project: Callable[[Tensor], Tensor] | None = None,
+        normalize: bool = True,
     ) -> tuple[Tensor, DecoderState]:
         """Feed the newest target tokens (B, 1) -> log-probabilities (B, V) of the next, and the new
         state. `project` replaces the pre-softmax projection (a vocabulary shortlist's: V is then
-        its size, and the softmax is over those pieces)."""
+        its size, and the softmax is over those pieces); `normalize=False` returns the logits, in
+        float32, without the softmax."""
         hidden, state = self._decode(tokens, state)
-        logits = (project or self.project)(hidden[:, -1])  # (B, V)
-        return logits.float().log_softmax(dim=-1), state
+        logits = (project or self.project)(hidden[:, -1]).float()  # (B, V)
+        return (logits.log_softmax(dim=-1) if normalize else logits), state
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -61,6 +61,7 @@ def validate(
                     cfg.decode,
                     cfg.train.max_tokens,
                     device,
+                    scores=False,
                 )
             hypotheses = [tgt_processor.decode(h[0].tokens if h else []) for h in hyps]
             references = [tgt_processor.decode(data.tgt[i].tolist()) for i in range(len(data))]

@@ -97,7 +97,7 @@ class Recompute(Ensemble):
         rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
         return Batch([FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))])
 
-    def step(self, tokens, batch):
+    def step(self, tokens, batch, normalize=True):
         state = batch.states[0]
         prefix = torch.cat([state.prefix, tokens], dim=1)
         log_probs = self.models[0](state.src, prefix)[:, -1].float().log_softmax(-1)
@@ -120,6 +120,22 @@ def test_incremental_and_full_recompute_decoding_agree(variant):
         greedy_fast = greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
         greedy_slow = greedy_search(Recompute([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
     assert [h[0].tokens for h in greedy_fast] == [h[0].tokens for h in greedy_slow]
+
+
+@pytest.mark.parametrize("models", [1, 2])
+def test_greedy_search_without_scores_takes_the_same_pieces(models):
+    """Without scores, greedy search takes the largest logit instead of the largest
+    log-probability: the same pieces, over the whole vocabulary and over a shortlist, alone and
+    in an ensemble (which averages log-probabilities all the same)."""
+    ensemble = Ensemble([tiny(30, seed) for seed in range(models)])
+    src = sources(30, rows=8)
+    cfg = decoding(1, 0.6, "gnmt", 1.0, 6)
+    for vocab in (None, torch.tensor([0, 1, 2, 3, 5, 8, 9, 13, 21, 22, 29])):
+        scored = greedy_search(ensemble, src, cfg, vocab=vocab)
+        plain = greedy_search(ensemble, src, cfg, vocab=vocab, scores=False)
+        assert [h[0].tokens for h in plain] == [h[0].tokens for h in scored]
+        assert all(h[0].score == h[0].score for h in scored)  # real numbers
+        assert all(h[0].score != h[0].score for h in plain)  # NaN: not computed
 
 
 def test_nbest_is_sorted_and_distinct():
@@ -166,8 +182,8 @@ def test_encoding_a_batch_in_parts_decodes_as_in_one(monkeypatch, beam):
 class EndsAtOnce(Ensemble):
     """A model that would rather stop than say anything: EOS outweighs every word at every step."""
 
-    def step(self, tokens, batch):
-        log_probs = super().step(tokens, batch)
+    def step(self, tokens, batch, normalize=True):
+        log_probs = super().step(tokens, batch, normalize)
         log_probs[:, EOS_ID] += 30.0
         return log_probs.log_softmax(dim=-1)
 
