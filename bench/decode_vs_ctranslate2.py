@@ -159,9 +159,10 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _with_shortlist(model: Path, data: Path, work: Path) -> Path:
-    """The model with a shortlist learned from the training corpus (made once)."""
+    """The model with a shortlist learned from the training corpus (made again when the model is
+    newer: a retrained model must not be measured with its predecessor's weights)."""
     listed = work / "model_shortlist.pt"
-    if not listed.exists():
+    if not listed.exists() or listed.stat().st_mtime < model.stat().st_mtime:
         nmt(
             "shortlist",
             "-m",
