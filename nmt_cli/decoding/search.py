@@ -89,7 +89,8 @@ ENCODE_TOKENS = 512
 def _encode(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
     """`model.encode(src)`, on CPU in parts of about ENCODE_TOKENS source tokens: a batch's
     activations then stay in the core's cache (encoding 2,500 lines in batches of 4,096 tokens
-    took twice as long as in batches of 512; a row's encoding does not depend on its batch)."""
+    took twice as long as in batches of 512). Like `--batch-tokens`, the parts can move a float
+    sum in its last bits; 1,000 test lines translated identically in fp32 and int8."""
     rows = max(1, ENCODE_TOKENS // src.shape[1])
     if src.device.type != "cpu" or src.shape[0] <= rows:
         return model.encode(src)
