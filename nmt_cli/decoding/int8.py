@@ -32,14 +32,13 @@ class Int8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear, fbgemm: bool) -> None:
         super().__init__()
-        weight = linear.weight.detach().float()
-        scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
+        weight, scales = _per_channel(linear.weight.detach().float())
         self.out_features = weight.shape[0]
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.packed = _fbgemm_pack(weight, scales) if fbgemm else None
         if self.packed is None:
             # (in, out) for _int_mm, and the channel scales to restore float outputs
-            self.weight_t = _per_channel(weight, scales).t().contiguous()
+            self.weight_t = weight.t().contiguous()
             self.weight_scales = scales
 
     def rows(self, index: torch.Tensor) -> Int8Linear:
@@ -104,7 +103,7 @@ def _fbgemm_works() -> bool:
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         return False
     try:
-        _fbgemm_linear(torch.zeros(1, 1), 1.0, 0, _fbgemm_pack(torch.ones(1, 1), torch.ones(1)))
+        _fbgemm_linear(torch.zeros(1, 1), 1.0, 0, _fbgemm_pack(*_per_channel(torch.ones(1, 1))))
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
     return True
@@ -117,20 +116,31 @@ def _fbgemm_linear(
 
 
 def _fbgemm_pack(weight: torch.Tensor, scales: torch.Tensor) -> torch.ScriptObject:
+    """fbgemm's packed form of int8 `weight` with its channel `scales` (`_per_channel`)."""
     with _engine("fbgemm"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized tensors' deprecation notice: fbgemm still takes them
         zero = torch.zeros_like(scales, dtype=torch.long)
-        qweight = torch._make_per_channel_quantized_tensor(
-            _per_channel(weight, scales), scales.double(), zero, 0
-        )
+        qweight = torch._make_per_channel_quantized_tensor(weight, scales.double(), zero, 0)
         return torch.ops.quantized.linear_prepack(qweight, None)
 
 
-def _per_channel(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """`weight` in int8 at one scale per output channel: the values torch.quantize_per_channel
-    gives (times the scale's float32 reciprocal, rounded half to even), in a third of its time
-    (7 against 23 ms for a 32,000-piece output projection, at every start)."""
-    return torch.mul(weight, scales.reciprocal().unsqueeze(1)).round_().to(torch.int8)
+QUANTIZE_ROWS = 1024
+
+
+def _per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`weight` (out, in) in int8 at one scale per output channel, and those scales: the values
+    torch.quantize_per_channel gives (times the scale's float32 reciprocal, rounded half to even).
+    Done at every start, so in blocks of rows whose temporaries stay in the core's cache: for a
+    32,000-piece output projection, 8 against 35 ms for torch's scales and quantization."""
+    int8 = torch.empty(weight.shape, dtype=torch.int8)
+    scales = torch.empty(weight.shape[0])
+    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
+        block = weight[first : first + QUANTIZE_ROWS]
+        scale = torch.div(
+            block.abs().amax(dim=1).clamp_min_(1e-12), 127, out=scales[first : first + QUANTIZE_ROWS]
+        )
+        int8[first : first + QUANTIZE_ROWS] = block.mul(scale.reciprocal().unsqueeze(1)).round_()
+    return int8, scales
 
 
 @contextlib.contextmanager
