@@ -18,7 +18,8 @@ Two measurements each:
   output (median of --repeats runs), as a user runs it;
 - steady state: decoding the lines in a process that already holds the loaded model.
 Start-up: `nmt translate` on one empty line against a process that only imports torch, in turn
-(the difference is what nmt adds to torch's own import).
+(the difference is what nmt adds to torch's own import). nmt's modules are byte-compiled first,
+as `pip install` leaves them.
 Target tokens are the sentencepiece pieces of the output text (EOS not counted), counted the
 same way for both engines. Prints one JSON object; `--profile` adds torch profiler tables of
 nmt int8 decoding, without and with the shortlist, on stderr.
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from common import DEFAULT_DATA, WORK, emit, nmt, repeated_test
+from common import DEFAULT_DATA, WORK, byte_compile, emit, nmt, repeated_test
 from time_to_bleu import trained_model
 
 CT2_LAYOUTS = {"2x1": (2, 1), "1x2": (1, 2)}  # (inter_threads, intra_threads)
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--precisions", default=",".join(NMT_PRECISIONS), help="nmt precisions to run")
     parser.add_argument("--profile", action="store_true", help="print per-step profiles (stderr)")
     args = parser.parse_args(argv)
+    byte_compile()
     model, facts = trained_model(args.data, "recipe", args.minutes, vocab=args.vocab)
     work = WORK / ("vs_ct2" if args.vocab == 8000 else f"vs_ct2_v{args.vocab}")
     work.mkdir(parents=True, exist_ok=True)
