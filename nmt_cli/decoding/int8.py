@@ -131,7 +131,7 @@ def _per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`weight` (out, in) in int8 at one scale per output channel, and those scales: the values
     torch.quantize_per_channel gives (times the scale's float32 reciprocal, rounded half to even).
     Done at every start, so in blocks of rows whose temporaries stay in the core's cache: for a
-    32,000-piece output projection, 8 against 35 ms for torch's scales and quantization."""
+    32,000-piece output projection, 3.6 against 30.9 ms for torch's scales and quantization."""
     int8 = torch.empty(weight.shape, dtype=torch.int8)
     scales = torch.empty(weight.shape[0])
     for first in range(0, weight.shape[0], QUANTIZE_ROWS):
