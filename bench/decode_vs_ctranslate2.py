@@ -210,8 +210,8 @@ def _compare(rows: dict, result: dict, name: str) -> None:
 def _profile(model: Path, source: Path, beam: int) -> None:
     """Where a decoder step's time goes: torch's profiler over 1,000 lines, int8, one thread,
     without and with the shortlist (tables on stderr). The process is set up as `nmt translate`
-    sets up its own (`configure_cpu`): without its malloc settings, page faults made the cache's
-    index_select calls take up to 1.2 ms instead of about 0.1."""
+    sets up its own (`configure_cpu`): without its malloc settings, decoding 2,500 lines at beam 4
+    took 485,000 page faults instead of 128,000."""
     import torch
     from torch.profiler import profile
 
