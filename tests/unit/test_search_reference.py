@@ -9,7 +9,7 @@ lists, length limits and ensembles.
 
 import pytest
 import torch
-from conftest import tiny_model
+from test_search import tiny
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.decoding.search import Ensemble, beam_search, greedy_search, length_penalty
@@ -19,13 +19,7 @@ VOCAB = 30
 
 
 def models(count: int, **variant) -> list[Transformer]:
-    found = []
-    for seed in range(count):
-        model = tiny_model(VOCAB, seed, **variant)
-        with torch.no_grad():  # sharper distributions than the initialisation gives, so search matters
-            model.tgt_embed.tokens.weight.mul_(8.0)
-        found.append(model)
-    return found
+    return [tiny(VOCAB, seed, **variant) for seed in range(count)]
 
 
 def sources() -> torch.Tensor:
