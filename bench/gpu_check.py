@@ -1,8 +1,9 @@
 """`make gpu-check`: run every CUDA path of nmt_cli once and report what happened, as JSON.
 
-Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler;
-`nmt train` resumed across precisions; torchrun against one process; the SDPA backends and the
-attention-mask invariants; training and decoding throughput of the paper's base and big models.
+Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler; the
+host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
+process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
+the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention.
 Each step is {"name", "ok", figures..., "error" when it failed}; a failing step does not stop
 the others, and the exit status is 1 when any failed.
 
@@ -38,9 +39,10 @@ from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.search import Ensemble, translate_sentences
+from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
-from nmt_cli.training.loop import accumulate_gradients, apply_update
 from nmt_cli.training.precision import autocast
+from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "gpu_check.json"
@@ -87,7 +89,12 @@ def wmt_batch(tokens: int, vocab: int, rng: np.random.Generator) -> dict[str, to
     sides = [
         [rng.integers(4, vocab, max(1, length + int(rng.integers(-3, 4)))) for _ in range(rows)] for _ in "st"
     ]
-    return collate(sides[0], sides[1])
+    return collate(sides[0], sides[1], multiple=8 if CUDA else 1)  # as `nmt train` pads on a GPU
+
+
+def pinned(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch in pinned memory on a GPU machine, as `nmt train` hands batches over."""
+    return {k: v.pin_memory() for k, v in batch.items()} if CUDA else batch
 
 
 def sync() -> None:
@@ -105,9 +112,9 @@ def update(
     model: Transformer, opt: torch.optim.Adam, scaler: torch.amp.GradScaler, batch: dict, precision: str
 ) -> tuple[bool, float]:
     """One update on one batch, as the training loop does it; returns (stepped, loss per token)."""
-    stats = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
-    stepped, _ = apply_update(model, opt, scaler, 5e-4, 1.0, stats["loss"])
-    return stepped, stats["loss"] / stats["tokens"]
+    loss = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
+    _, skipped = apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]).tolist()
+    return skipped == 0.0, float(loss.sums[0]) / loss.tokens
 
 
 def train_steps() -> Figures:
@@ -137,14 +144,19 @@ def fp16_overflow() -> Figures:
     scaler = torch.amp.GradScaler(DEVICE.type, enabled=True)
     precision = "fp16" if CUDA else "fp32"
     batch = wmt_batch(1000, TINY.tgt_vocab_size, np.random.default_rng(1))
-    stats = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
+    loss = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
     param = next(model.parameters())
     assert param.grad is not None
     param.grad.view(-1)[0] = math.inf  # what an fp16 overflow in backward leaves behind
     before, scale = [p.detach().clone() for p in model.parameters()], scaler.get_scale()
-    stepped, grad_norm = apply_update(model, opt, scaler, 5e-4, 1.0, stats["loss"])
+    grad_norm, skipped = apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]).tolist()
+    stepped = skipped == 0.0
     unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
-    untouched = not opt.state  # Adam's first step never ran: no moments, no step count
+    # Adam's first step did nothing: zero moments, a step count of 0.
+    untouched = all(
+        float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+        for state in opt.state.values()
+    )
     recovered, _ = update(model, opt, scaler, batch, precision)  # the next finite update steps
     return {
         "precision": precision, "scale_before": scale, "scale_after": scaler.get_scale(),
@@ -152,6 +164,69 @@ def fp16_overflow() -> Figures:
         **checks(skipped=not stepped, scale_halved=scaler.get_scale() == scale / 2,
                  weights_unchanged=unchanged, adam_state_untouched=untouched, next_update_steps=recovered),
     }  # fmt: skip
+
+
+def update_syncs() -> Figures:
+    """Host synchronisations in 6 updates of 2 accumulated batches, queued as the training loop
+    queues them, then read once as the loop reads them at a log record. On CUDA every
+    synchronisation is counted (torch's sync debug mode); on CPU the profiler's item, nonzero,
+    is_nonzero and equal outside fused Adam (whose CPU kernel reads its step counts)."""
+    model, opt = train_model(SMALL)
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=CUDA)
+    rng = np.random.default_rng(2)
+    batches = [
+        [pinned(wmt_batch(4000 if CUDA else 500, SMALL.tgt_vocab_size, rng)) for _ in range(2)]
+        for _ in range(6)
+    ]
+    precision = "fp16" if CUDA else "bf16"
+    pending = Pending()
+
+    # The loop knows each update's target tokens from the corpus's lengths, before any tensor.
+    tokens = [sum(int((b["tgt_out"] != 0).sum()) for b in pair) for pair in batches]
+
+    def updates() -> None:
+        for pair, ntokens in zip(batches, tokens, strict=True):
+            loss = accumulate_gradients(model, pair, 0.1, precision, scaler, DEVICE, ntokens)
+            pending.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
+
+    updates()  # the first updates set Adam's state up
+    pending.settle()
+    sync()
+    if CUDA:
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                updates()
+                in_updates = len(caught)
+                pending.settle()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        count, at_log = in_updates, len(caught) - in_updates
+    else:
+        from torch.profiler import ProfilerActivity, profile
+
+        names = ("aten::item", "aten::nonzero", "aten::is_nonzero", "aten::equal")
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            updates()
+        count = sum(e.name in names and not _in_fused_adam(e) for e in prof.events())
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            pending.settle()
+        at_log = sum(e.name in names for e in prof.events())
+    per_update = count / len(batches)
+    return {"precision": precision, "syncs_per_update": per_update, "syncs_at_log": at_log,
+            **checks(none_in_updates=per_update == 0)}  # fmt: skip
+
+
+def _in_fused_adam(event: Any) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == "aten::_fused_adam_":
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 # --- the real CLI, in child processes ------------------------------------------------------------
@@ -355,6 +430,42 @@ def throughput() -> Figures:
     return out
 
 
+def decode_attention() -> Figures:
+    """Beam-4 decoding of the same sentences in fp32 and bf16, with the attention kernels nmt
+    chooses on a GPU (no cuDNN attention, device.configure_cuda) and with torch's default choice:
+    seconds each and bf16 / fp32. On CPU the cuDNN switch does nothing; the run checks the step."""
+    cfg = BASE if CUDA else TINY
+    torch.manual_seed(0)
+    fp32 = Transformer(cfg).to(DEVICE).eval()
+    models = {"fp32": fp32, "bf16": copy.deepcopy(fp32).to(torch.bfloat16)}
+    rng = np.random.default_rng(3)
+    n = 500 if CUDA else 16
+    src = [rng.integers(4, cfg.src_vocab_size, int(k)) for k in np.clip(rng.lognormal(3.15, 0.55, n), 3, 120)]
+    decode = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=60)  # untrained: a fixed length limit
+    out: Figures = {}
+    for kernels, cudnn in (("nmt", False), ("torch_default", True)):
+        if CUDA:
+            torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        row: Figures = {}
+        for precision, model in models.items():
+            translate_sentences(Ensemble([model]), src[:8], decode, 8192, DEVICE)  # warm-up
+            sync()
+            start = time.perf_counter()
+            translate_sentences(Ensemble([model]), src, decode, 8192, DEVICE)
+            sync()
+            row[f"{precision}_s"] = round(time.perf_counter() - start, 3)
+        row["bf16_over_fp32"] = round(row["bf16_s"] / row["fp32_s"], 3)
+        out[kernels] = row
+    if CUDA:
+        configure_cuda()
+    return {
+        "sentences": n,
+        "beam": 4,
+        **out,
+        **checks(bf16_not_slower=out["nmt"]["bf16_over_fp32"] <= 1.0 or not CUDA),
+    }
+
+
 # --- driver ---------------------------------------------------------------------------------------
 
 
@@ -382,7 +493,9 @@ def clean(value: Any) -> Any:
 
 
 def main() -> int:
-    if not CUDA:
+    if CUDA:
+        configure_cuda()  # the attention kernels nmt's commands use
+    else:
         torch.set_num_threads(min(2, torch.get_num_threads()))  # more threads than cores spin
     report: Figures = {
         "device": DEVICE.type, "dry_run": not CUDA, "torch": torch.__version__,
@@ -394,10 +507,12 @@ def main() -> int:
         report["steps"] = [
             run("train_steps", train_steps),
             run("fp16_overflow", fp16_overflow),
+            run("update_syncs", update_syncs),
             run("resume_across_precisions", lambda: resume_across_precisions(root)),
             run("torchrun", lambda: torchrun(root)),
             run("sdpa", sdpa),
             run("throughput", throughput),
+            run("decode_attention", decode_attention),
         ]
     report["ok"] = all(step["ok"] for step in report["steps"])
     report["seconds"] = round(time.monotonic() - start, 1)

@@ -162,7 +162,17 @@ class TrainConfig:
     for half and half; an epoch keeps the corpora's total size, drawing a smaller corpus's share
     with repeats. Empty: each pair once an epoch."""
     log_every_updates: int = 50
-    """Write a metrics.jsonl record every this many updates."""
+    """Write a metrics.jsonl record every this many updates. The host reads the figures of the
+    updates (loss, gradient norm, whether one was skipped) only then, and to validate and save:
+    on a GPU, each read waits for the device."""
+    compile: bool = False
+    """Train through torch.compile of the model: its layers fused into fewer, larger kernels (a
+    GPU's gain; compiling takes a minute or more, and each new batch shape may compile again, so
+    it pairs with pad_to_multiple). Validation and checkpoints use the model as it is."""
+    pad_to_multiple: int = 0
+    """Pad batch lengths to a multiple of this, and cut batches at a multiple of this many rows
+    where they can be: few distinct shapes, which GPU kernels and their caches (cuDNN attention
+    plans, compiled graphs) reuse. 0: 8 on a GPU, 1 (no padding) on a CPU."""
     seed: int = 1
     """Seed for initialisation, dropout and batch order."""
 
@@ -210,7 +220,9 @@ class TrainConfig:
         for name in ("lr", "lr_scale", "adam_eps"):
             _check(getattr(self, name) > 0, where, f"train.{name}", "must be positive")
         never_negative = "max_updates max_epochs max_minutes save_every_updates save_every_minutes keep_last"
-        for name in f"{never_negative} valid_every_updates patience clip_norm update_tokens".split():
+        for (
+            name
+        ) in f"{never_negative} valid_every_updates patience clip_norm update_tokens pad_to_multiple".split():
             _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 
 

@@ -25,12 +25,16 @@ def make_batches(
     epoch: int,
     shuffle: bool = True,
     pairs: np.ndarray | None = None,
+    multiple: int = 1,
 ) -> list[np.ndarray]:
     """Split pair indices into batches whose padded size (rows x longest side, EOS/BOS included)
     stays within max_tokens. Pairs that alone exceed max_tokens are left out.
 
     With shuffle=False (validation) pairs are sorted by length and batches keep that order.
     `pairs` (say, from `weighted_epoch`) batches those indices, repeats included, instead of all.
+    `multiple` > 1 makes shapes that GPU kernels and their caches like: the width is counted
+    rounded up to a multiple (as `collate(..., multiple)` pads it) and a batch is cut at a
+    multiple of that many rows where it can be, so that most batches of one width share a shape.
     """
     # +1: the EOS appended to the source, and BOS/EOS on the two target views. Widths and
     # indices are kept narrow (uint16 when the lengths are, int32): at 36M pairs each byte a
@@ -38,6 +42,9 @@ def make_batches(
     # No temporary copies either: freed memory stays with the process (device.configure_cpu).
     width = np.maximum(src_lengths, tgt_lengths)
     width += 1
+    if multiple > 1:
+        width += multiple - 1
+        width -= width % multiple
     fitting = width <= max_tokens
     if pairs is not None:
         fits, everything = pairs[fitting[pairs]], False
@@ -59,7 +66,7 @@ def make_batches(
     for start in range(0, len(order), bucket):
         chunk = order[start : start + bucket]
         chunk = chunk[np.argsort(width[chunk], kind="stable")]
-        batches.extend(_split_sorted(chunk, width[chunk], max_tokens))
+        batches.extend(_split_sorted(chunk, width[chunk], max_tokens, multiple))
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
@@ -89,33 +96,40 @@ def weighted_epoch(sizes: list[int], weights: list[float], seed: int, epoch: int
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def _split_sorted(indices: np.ndarray, widths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Greedy cut of length-sorted pairs: a batch grows while rows x current width fits."""
+def _split_sorted(
+    indices: np.ndarray, widths: np.ndarray, max_tokens: int, multiple: int = 1
+) -> list[np.ndarray]:
+    """Greedy cut of length-sorted pairs: a batch grows while rows x current width fits. With
+    `multiple` > 1 a full batch keeps the largest multiple of that many rows and hands the rest
+    to the next batch (unless it holds fewer rows than `multiple`)."""
     cuts = [0]
-    rows = 0
     for i, w in enumerate(widths.tolist()):
+        rows = i - cuts[-1]
         if (rows + 1) * w > max_tokens:
-            cuts.append(i)
-            rows = 0
-        rows += 1
+            kept = rows - rows % multiple if rows >= multiple else rows
+            cuts.append(cuts[-1] + kept)
+            if (i - cuts[-1] + 1) * w > max_tokens:  # the rows handed on do not fit beside pair i
+                cuts.append(i)
     cuts.append(len(indices))
     return [indices[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def collate(
-    src: list[np.ndarray], tgt: list[np.ndarray] | None = None, start_id: int = BOS_ID
+    src: list[np.ndarray], tgt: list[np.ndarray] | None = None, start_id: int = BOS_ID, multiple: int = 1
 ) -> dict[str, Tensor]:
     """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with `start_id` (the
-    model's decoder start, BOS for models nmt trained); tgt_out (B, T) ending in EOS."""
-    batch = {"src": _pad([np.append(s, EOS_ID) for s in src])}
+    model's decoder start, BOS for models nmt trained); tgt_out (B, T) ending in EOS. S and T
+    are padded up to a multiple of `multiple` (tensor cores work on multiples of 8)."""
+    batch = {"src": _pad([np.append(s, EOS_ID) for s in src], multiple)}
     if tgt is not None:
-        batch["tgt_in"] = _pad([np.insert(t, 0, start_id) for t in tgt])
-        batch["tgt_out"] = _pad([np.append(t, EOS_ID) for t in tgt])
+        batch["tgt_in"] = _pad([np.insert(t, 0, start_id) for t in tgt], multiple)
+        batch["tgt_out"] = _pad([np.append(t, EOS_ID) for t in tgt], multiple)
     return batch
 
 
-def _pad(rows: list[np.ndarray]) -> Tensor:
-    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+def _pad(rows: list[np.ndarray], multiple: int = 1) -> Tensor:
+    width = max(len(r) for r in rows)
+    out = np.full((len(rows), width + (-width) % multiple), PAD_ID, dtype=np.int64)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return torch.from_numpy(out)

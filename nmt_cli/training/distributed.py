@@ -162,6 +162,13 @@ def all_reduce_sum(values: list[float], world: World, device: torch.device) -> l
     return tensor.tolist()
 
 
+def sum_in_place(tensor: torch.Tensor, world: World) -> None:
+    """Sum `tensor` over all ranks where it lies, without the host reading it (on GPUs NCCL
+    queues the all-reduce on the device's stream)."""
+    if world.distributed:
+        dist.all_reduce(tensor)
+
+
 def from_main(value: object, world: World) -> object:
     """Rank 0's `value` on every rank (a picklable object, e.g. an early-stopping decision)."""
     if not world.distributed:

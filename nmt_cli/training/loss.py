@@ -13,7 +13,8 @@ from torch import Tensor
 
 from nmt_cli.config import PAD_ID
 
-CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 per chunk
+CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 per chunk: it stays in a CPU core's cache
+GPU_CHUNK_ELEMENTS = 1 << 27  # 512 MB: a few chunks a batch (each costs a dozen kernel launches)
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -31,7 +32,8 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
         loss = torch.zeros((), dtype=torch.float32, device=logits.device)
         nll = torch.zeros((), dtype=torch.float32, device=logits.device)
-        rows = max(1, CHUNK_ELEMENTS // vocab)
+        chunk_elements = GPU_CHUNK_ELEMENTS if logits.device.type == "cuda" else CHUNK_ELEMENTS
+        rows = max(1, chunk_elements // vocab)
         for start in range(0, n, rows):
             stop = start + rows
             chunk = logits[start:stop].float()  # (c, V)
@@ -41,15 +43,18 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
             row_nll = lse - chunk.gather(1, row_target)[:, 0]
             row_uniform = vocab * lse - chunk.sum(dim=-1)  # -sum_v log p_v
             row_loss = (1.0 - epsilon - other) * row_nll + other * row_uniform
-            loss += row_loss[row_keep].sum()
-            nll += row_nll[row_keep].sum()
+            # torch.where, not boolean indexing: indexing reads the mask back to the host (a GPU
+            # synchronisation), and a product with the mask would keep a padding row's NaN.
+            loss += torch.where(row_keep, row_loss, 0.0).sum()
+            nll += torch.where(row_keep, row_nll, 0.0).sum()
             if grad is not None:
                 # d loss / d logits = softmax - smoothed target, zero on padding rows.
                 at_target = torch.full_like(row_target, other - (1.0 - epsilon), dtype=p.dtype)
                 p.scatter_add_(1, row_target, at_target)
-                rows_grad = grad[start:stop]
-                rows_grad.copy_(p.sub_(other))
-                rows_grad.index_fill_(0, (~row_keep).nonzero()[:, 0], 0.0)  # rows, not a (c, V) mask
+                # (p - other) on real rows, 0 on padding rows, in one pass: selecting the rows
+                # to zero would read the mask back to the host (a GPU synchronisation).
+                real = row_keep[:, None].to(p.dtype)
+                grad[start:stop].copy_(torch.addcmul(real * -other, p, real))
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(nll)
         return loss, nll

@@ -1,6 +1,6 @@
 """Numerical faults in training: a NaN or inf loss, or a NaN gradient behind a finite loss, is
 skipped (no optimizer step), logged to metrics.jsonl and warned about, and the run goes on; a run
-that keeps producing them stops after `loop.MAX_BAD_UPDATES` in a row with one clear line and exit
+that keeps producing them stops after `bookkeeping.MAX_BAD_UPDATES` in a row with one clear line and exit
 1, keeping its last good checkpoint. Faults are injected by wrapping the loss the loop calls."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conftest import Corpus, nmt, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.report import MetricsLog
-from nmt_cli.training import loop
+from nmt_cli.training import bookkeeping, update
 
 NAN, INF = float("nan"), float("inf")
 
@@ -24,7 +24,7 @@ NAN, INF = float("nan"), float("inf")
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int], str | None]) -> None:
     """Make the n-th loss computation (one per update here: update_freq 1) faulty when
     `fault(n)` names a fault: "nan loss", "inf loss" or "nan gradient"."""
-    real = loop.label_smoothed_nll
+    real = update.label_smoothed_nll
     calls = itertools.count(1)
 
     def faulty(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
@@ -37,7 +37,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int], str | None]) 
             loss, nll = loss * bad, nll * bad
         return loss, nll
 
-    monkeypatch.setattr(loop, "label_smoothed_nll", faulty)
+    monkeypatch.setattr(update, "label_smoothed_nll", faulty)
 
 
 def all_finite(path: Path) -> bool:
@@ -79,6 +79,35 @@ def test_faulty_updates_are_skipped_and_logged(
     assert all_finite(last)
 
 
+def test_a_skip_inside_a_log_window_is_counted_when_the_window_is_read(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host reads an update's outcome only when it logs, validates or saves: until then a
+    queued update counts as stepped, and the count is exact at every record and checkpoint."""
+    inject(monkeypatch, {3: "nan loss", 9: "nan gradient"}.get)
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "train.max_updates=10",
+        "train.save_every_updates=4",
+        "train.valid_every_updates=0",
+        "train.log_every_updates=5",
+    )
+    assert nmt(*args) == 0
+    records = MetricsLog(run_dir / "metrics.jsonl").read()
+    assert [r["update"] for r in records if r["type"] == "skip"] == [2, 7]
+    assert [r["update"] for r in records if r["type"] == "train"] == [5, 10]
+    ckpts = run_dir / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "checkpoint_10.pt",
+        "checkpoint_4.pt",
+        "checkpoint_8.pt",
+        "checkpoint_last.pt",
+    ]
+    assert [checkpoint.load(ckpts / f"checkpoint_{n}.pt").update for n in (4, 8, 10)] == [4, 8, 10]
+
+
 def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
     corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,10 +129,10 @@ def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nmt: error: training diverged"), err
-    assert f"{loop.MAX_BAD_UPDATES} updates in a row" in lines[0] and str(ckpts) in lines[0]
+    assert f"{bookkeeping.MAX_BAD_UPDATES} updates in a row" in lines[0] and str(ckpts) in lines[0]
 
     records = MetricsLog(run_dir / "metrics.jsonl").read()
-    assert len([r for r in records if r["type"] == "skip"]) == loop.MAX_BAD_UPDATES
+    assert len([r for r in records if r["type"] == "skip"]) == bookkeeping.MAX_BAD_UPDATES
     assert max(r["update"] for r in records if r["type"] == "train") == good
     assert sorted(p.name for p in ckpts.iterdir()) == [
         "checkpoint_2.pt",

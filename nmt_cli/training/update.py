@@ -1,0 +1,139 @@
+"""One training update, queued on the device without reading anything back to the host.
+
+On a GPU every value the host reads (`float(loss)`, `bool(finite)`, boolean indexing) waits for
+the device to finish all the work queued before it, and the GPU then idles while the host
+prepares the next kernels. So the loss, the gradient norm and the decision to skip a non-finite
+update stay on the device: Adam's fused kernel takes that decision as `found_inf` and leaves the
+weights, moments and step count alone, as it does under fp16 loss scaling. The host reads the
+figures of many updates at once (`Pending.settle`), when it logs, validates or saves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from nmt_cli.config import PAD_ID
+from nmt_cli.training import distributed
+from nmt_cli.training.loss import label_smoothed_nll
+from nmt_cli.training.precision import autocast
+
+
+@dataclass
+class UpdateLoss:
+    """The summed smoothed loss and NLL of an update's batches, (2,) float32 on the device, and
+    the target tokens they were normalised by (known on the host from the lengths)."""
+
+    sums: Tensor
+    tokens: int
+
+
+def accumulate_gradients(
+    model: torch.nn.Module,
+    batches: list[dict],
+    label_smoothing: float,
+    precision: str,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+    ntokens: int | None = None,
+    idle: bool = False,
+) -> UpdateLoss:
+    """Forward and backward over this process's batches of one update. The loss is normalised by
+    `ntokens`, the update's target tokens over the batches of all processes, so accumulation, and
+    DDP's summed all-reduce, equal one big batch.
+
+    Under DDP gradients are all-reduced in the last backward only. An `idle` process (no batch
+    left for it at the end of an epoch) runs one stand-in batch with weight 0, so that it still
+    joins the all-reduce; it reports no loss. `ntokens` defaults to the target tokens of
+    `batches`, counted on the host before they are copied to the device."""
+    if ntokens is None:
+        ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
+    sums = torch.zeros(2, dtype=torch.float32, device=device)
+    for i, batch in enumerate(batches):
+        src, tgt_in, tgt_out = (batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out"))
+        with distributed.gradient_sync(model, i == len(batches) - 1):
+            with autocast(device, precision):
+                logits = model(src, tgt_in)
+            loss, nll = label_smoothed_nll(logits, tgt_out, label_smoothing)
+            if idle:
+                loss, nll = loss * 0.0, nll * 0.0
+            scaler.scale(loss / ntokens).backward()
+        sums += torch.stack([loss.detach(), nll])
+    return UpdateLoss(sums, ntokens)
+
+
+def apply_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    lr: float,
+    clip_norm: float,
+    loss: Tensor,
+) -> Tensor:
+    """Step Adam (fused) unless the update's `loss` (a device scalar) or gradient is non-finite.
+
+    Returns (gradient norm, 1.0 if the update was skipped else 0.0) on the device. A skipped
+    update changes no weight, no Adam moment and no step count; with fp16 the loss scale is
+    halved, as GradScaler does."""
+    scaler.unscale_(optimizer)  # fp16: divides by the loss scale and records inf/NaN; else a no-op
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True).float()
+    if clip_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, clip_norm, norm, foreach=True)
+    skipped = torch.logical_not(torch.isfinite(norm) & torch.isfinite(loss)).float()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    # The attributes GradScaler sets for optimizers with `_step_supports_amp_scaling` (fused Adam):
+    # the kernel does nothing where found_inf is 1, and undoes its step count increment.
+    optimizer.found_inf = skipped  # type: ignore[attr-defined]
+    optimizer.grad_scale = None  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf, optimizer.grad_scale  # type: ignore[attr-defined]
+    scaler.update()  # fp16: halve the scale after an overflow, grow it after a run without one
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([norm, skipped])
+
+
+@dataclass
+class Settled:
+    """One update's figures, read on the host."""
+
+    loss: float
+    nll: float
+    grad_norm: float
+    skipped: bool
+    tokens: int
+
+
+@dataclass
+class Pending:
+    """Updates queued since the figures were last read: their (loss, nll, grad norm, skipped) rows
+    stay on the device until `settle` reads them all with one transfer."""
+
+    rows: list[Tensor] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def add(self, loss: UpdateLoss, outcome: Tensor) -> None:
+        self.rows.append(torch.cat([loss.sums, outcome]))
+        self.tokens.append(loss.tokens)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def settle(self) -> list[Settled]:
+        """The figures of every pending update, in order (one host synchronisation), and none
+        pending afterwards."""
+        if not self.rows:
+            return []
+        values = torch.stack(self.rows).cpu().tolist()
+        settled = [
+            Settled(loss, nll, norm, skipped > 0, tokens)
+            for (loss, nll, norm, skipped), tokens in zip(values, self.tokens, strict=True)
+        ]
+        self.rows, self.tokens = [], []
+        return settled
