@@ -155,10 +155,15 @@ def save(ckpt: Checkpoint, path: Path, name: str = "checkpoint") -> None:
     try:
         with output_file(path, name, binary=True, durable=True) as stream:
             torch.save(ckpt.to_dict(), stream)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:
+        # torch's zip writer reports a failed write (a full disk) as a RuntimeError raised while
+        # handling the OSError; anything else of torch's is not a write failure.
+        failed = err if isinstance(err, OSError) else err.__cause__ or err.__context__
+        if not isinstance(failed, OSError):
+            raise
         raise RunFailure(
-            f"cannot write checkpoint {path}: {err.strerror or err}; free some disk space or "
-            "choose another run directory"
+            f"cannot write checkpoint {path}: {failed.strerror or failed}; free some disk space or "
+            "choose another output"
         ) from None
 
 
@@ -216,6 +221,13 @@ def _check_integrity(path: Path) -> None:
             f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
             "another one, e.g. an earlier checkpoint_N.pt of the run"
         )
+
+
+def numbered_or_last(path: Path) -> bool:
+    """Whether `path` names a training checkpoint of a run (RUN/checkpoints/checkpoint_N.pt or
+    checkpoint_last.pt), which `nmt train` reads to resume."""
+    in_run = path.parent.name == "checkpoints"
+    return in_run and (path.name == "checkpoint_last.pt" or NUMBERED.match(path.name) is not None)
 
 
 def numbered(checkpoint_dir: Path) -> list[tuple[int, Path]]:

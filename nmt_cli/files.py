@@ -7,7 +7,7 @@ import contextlib
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +40,26 @@ def output_target(path: Path, name: str) -> tuple[Path, bool]:
         return real, True
     kind = "a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
     raise InputError(f"{name} {path}: is {kind}, not a file; give a file name")
+
+
+def not_an_input(output: Path, inputs: Iterable[Path], name: str) -> None:
+    """Refuse an output that is one of the command's inputs, the same file however it is named
+    (links included): writing it would replace what the command reads. Streams (/dev/null, a
+    FIFO) may be both."""
+    try:
+        out = os.stat(output)
+    except OSError:
+        return  # a file to be made is nobody's input
+    if not stat.S_ISREG(out.st_mode):
+        return
+    for path in inputs:
+        try:
+            same = os.stat(path)
+        except OSError:
+            continue
+        if (same.st_dev, same.st_ino) == (out.st_dev, out.st_ino):
+            shown = "" if str(path) == str(output) else f" (as {path})"
+            raise InputError(f"{name} {output}: is an input of this command{shown}; write to another file")
 
 
 @contextlib.contextmanager

@@ -169,7 +169,7 @@ def train(
 
 @app.command(
     epilog="Examples: nmt average --run runs/m30k --last 5 -o avg.pt\n\n"
-    "nmt average runs/m30k/checkpoints/ckpt_*.pt -o avg.pt"
+    "nmt average runs/m30k/checkpoints/checkpoint_*.pt -o avg.pt"
 )
 def average(
     checkpoints: Annotated[list[Path] | None, typer.Argument(help="Checkpoints to average.")] = None,
@@ -359,6 +359,12 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Lines waiting; beyond, 503 and Retry-After.")] = 1024,
     max_input_chars: Annotated[int, typer.Option(help="Longest line a request may send.")] = 2000,
     max_lines: Annotated[int, typer.Option(help="Most lines in one request.")] = 256,
+    request_timeout: Annotated[
+        float, typer.Option(help="Seconds to send a whole request (headers and body); then 408.")
+    ] = 10.0,
+    max_client_connections: Annotated[
+        int, typer.Option(help="Open connections per client address; beyond, 429.")
+    ] = 32,
     shortlist: opt.Shortlist = None,
     api_keys: Annotated[
         Path | None,
@@ -380,7 +386,15 @@ def serve(
 
     imported()
 
-    limits = ServeLimits(max_batch_tokens, max_wait_ms, max_queue, max_input_chars, max_lines)
+    limits = ServeLimits(
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        max_queue=max_queue,
+        max_input_chars=max_input_chars,
+        max_lines=max_lines,
+        request_timeout=request_timeout,
+        max_client_connections=max_client_connections,
+    )
     runtime = RuntimeConfig(device, precision, threads, workers)
     decode = DecodeOverrides(shortlist=shortlist)
     command.run(

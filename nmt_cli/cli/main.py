@@ -52,14 +52,19 @@ def _run(argv: list[str] | None) -> None:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing left to say
         sys.exit(1)
     except typer.Abort:  # click's form of Ctrl-C
-        _fail("interrupted", 130)
+        _fail(INTERRUPTED, 130)
     except SettingError as err:
         _fail(err.as_option(), err.exit_code)
     except (Exception, KeyboardInterrupt, Terminated) as exc:  # the last defence against a traceback
         message, exit_code = describe(exc) or (str(exc), 1)
         _fail(message, exit_code)
+    if code == 130:  # Typer's answer to Ctrl-C in a command that does not handle it itself
+        _fail(INTERRUPTED, 130)
     if isinstance(code, int) and code != 0:
         sys.exit(code)
+
+
+INTERRUPTED = "interrupted; files are written whole or not at all, so no output was left half-written"
 
 
 def _terminate(_signum: int, _frame: object) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nmt_cli import checkpoint
 from nmt_cli.errors import InputError
-from nmt_cli.files import output_target
+from nmt_cli.files import not_an_input, output_target
 from nmt_cli.report import Reporter
 
 
@@ -21,6 +21,12 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
     if last is not None and run_dir is None:
         raise InputError("--last needs --run RUN_DIR")
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
+    not_an_input(output, checkpoints, "--output")
+    if checkpoint.numbered_or_last(output):
+        raise InputError(
+            f"--output {output}: the name of a training checkpoint, which resuming the run would read; "
+            "choose another name (say, average.pt)"
+        )
     averaged = checkpoint.average(checkpoints)
     checkpoint.save(averaged, output, "--output")
     updates = ", ".join(str(source["update"]) for source in averaged.averaged_from or [])

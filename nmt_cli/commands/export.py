@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -152,9 +153,17 @@ def _target(out: Path, force: bool) -> Path:
     if not target.is_dir():
         raise InputError(f"--output {out}: is not a directory; --force replaces only a CTranslate2 export")
     entries = {entry.name for entry in target.iterdir()}
+    # A name of ours that is not a regular file (a directory vmap.txt/, a link) is the user's.
+    not_files = sorted(name for name in entries if not stat.S_ISREG(os.lstat(target / name).st_mode))
     strangers = sorted(entries - EXPORT_FILES)
-    if strangers or not {"model.bin", "config.json"} <= entries:
-        what = f"it holds {strangers[0]}" if strangers else "it has no model.bin and config.json"
+    if strangers or not_files or not {"model.bin", "config.json"} <= entries:
+        what = (
+            f"it holds {strangers[0]}"
+            if strangers
+            else f"its {not_files[0]} is not a file"
+            if not_files
+            else "it has no model.bin and config.json"
+        )
         raise InputError(
             f"--output {out}: not a CTranslate2 export ({what}); --force replaces only those: choose "
             "another --output"

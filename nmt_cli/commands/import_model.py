@@ -3,30 +3,65 @@ checkpoint, which translate, serve, export, average and `train --init-from` then
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import torch
 
 from nmt_cli import checkpoint, recipe
 from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import output_target
+from nmt_cli.files import not_an_input, output_target
 from nmt_cli.importing import fairseq, marian
 from nmt_cli.importing.imported import Imported
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
 
 HUB_PREFIX = "hf:"
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # the hub's ORGANISATION/MODEL
+LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{1,8})*")  # en, deu, pt_BR, zh-Hant
 
 
 def run(source: str, output: Path, quiet: bool) -> None:
     reporter = Reporter(quiet)
     path = _local(source, reporter)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
-    imported = read(path)
+    not_an_input(
+        output, [path, *(path.iterdir() if path.is_dir() else path.parent.glob("dict.*.txt"))], "--output"
+    )
+    try:
+        imported = read(path)
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        ZeroDivisionError,
+        RuntimeError,
+        UnicodeError,
+    ) as err:
+        # A foreign model's files that contradict each other (a tensor of another size than its
+        # settings say, a setting of the wrong type) fail wherever the reader meets them.
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise InputError(
+            f"{path}: cannot import: its files do not fit together ({type(err).__name__}: {first})"
+        ) from None
+    config = recipe.to_dict(RunConfig(model=imported.model, decode=imported.decode))
+    try:  # the checks every command makes of a checkpoint's settings, made before it is written
+        recipe.from_dict(config, f"{path}: the model's settings:")
+    except InputError as err:
+        raise InputError(f"{err}; nmt cannot run such a model") from None
+    check_weights(imported, path)
+    for code in imported.languages or ():
+        if not LANGUAGE.fullmatch(code):
+            raise InputError(
+                f"{path}: its language {code!r} is not a language code (en, deu, pt_BR): the server "
+                "routes requests by these codes"
+            )
     model = Transformer(imported.model)
     missing, unexpected = model.load_state_dict(imported.weights, strict=False)
     if missing or unexpected:  # the readers fill every tensor: a mismatch is nmt's bug
         raise RunFailure(f"{path}: import left {missing[:3]} unset and {unexpected[:3]} unused")
-    config = recipe.to_dict(RunConfig(model=imported.model, decode=imported.decode))
     ckpt = checkpoint.Checkpoint(
         kind="import",
         config=config,
@@ -44,6 +79,23 @@ def run(source: str, output: Path, quiet: bool) -> None:
         f"{cfg.decoder_layers} layers, d_model {cfg.d_model}, vocabulary {cfg.src_vocab_size}/"
         f"{cfg.tgt_vocab_size}) into {output}"
     )
+
+
+def check_weights(imported: Imported, path: Path) -> None:
+    """Every tensor in the shape the model's settings give it, and finite: one InputError naming
+    every tensor that is not (a model whose files disagree with each other, or was damaged)."""
+    with torch.device("meta"):
+        expected = Transformer(imported.model, initialize=False).state_dict()
+    problems = []
+    for name, tensor in imported.weights.items():
+        want = expected.get(name)
+        if want is not None and tuple(tensor.shape) != tuple(want.shape):
+            problems.append(f"{name} is {list(tensor.shape)}, the settings give {list(want.shape)}")
+        elif tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            problems.append(f"{name} holds NaN or infinite values")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise InputError(f"{path}: cannot import: {shown}")
 
 
 def read(path: Path) -> Imported:
@@ -64,6 +116,9 @@ def _local(source: str, reporter: Reporter) -> Path:
     """`source` as a local path; `hf:ORG/NAME` is downloaded with huggingface_hub, if installed."""
     if not source.startswith(HUB_PREFIX):
         return Path(source)
+    name = source[len(HUB_PREFIX) :]
+    if not HUB_NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"{source}: not a Hugging Face model name; write hf:ORGANISATION/MODEL")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:

@@ -47,6 +47,9 @@ def run(
     configure_cpu(1 if workers > 1 else runtime.threads)
     sock = server.bind_socket(host, port)
     loaded: list[tuple[Translator, list[Path]]] = []
+    # SIGHUP rereads the keys, once the server runs; until then, and without keys, it does nothing
+    # (its default action would end the server, say when the terminal that started it closes).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         precision = runtime.precision or default_precision(dev)
         loaded = load_translators(models, dev, precision, decode)
@@ -55,13 +58,11 @@ def run(
             # that the port closes when the server ends.
             translator.start_workers(workers, close_fds=[sock.fileno()])
         service = app.create_app(loaded, limits, keys)
-        previous = signal.signal(signal.SIGHUP, lambda *_: keys.reload()) if keys is not None else None
-        try:
-            server.run_server(service, sock, limits, quiet)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGHUP, previous)
+        if keys is not None:
+            signal.signal(signal.SIGHUP, lambda *_: keys.reload())
+        server.run_server(service, sock, limits, quiet)
     finally:
+        signal.signal(signal.SIGHUP, previous)
         for translator, _ in loaded:
             translator.close()
         sock.close()

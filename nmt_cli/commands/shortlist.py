@@ -16,12 +16,14 @@ import numpy as np
 from nmt_cli import checkpoint
 from nmt_cli.data.shortlist import Shortlist, coverage, learn
 from nmt_cli.data.spm import processors
-from nmt_cli.data.text import count_lines, iter_lines
+from nmt_cli.data.text import check_readable, count_lines, iter_lines
 from nmt_cli.errors import InputError
 from nmt_cli.files import output_target
 from nmt_cli.report import Reporter
 
 Pairs = list[tuple[np.ndarray, np.ndarray]]
+FEW_PAIRS = 1000  # fewer pairs than this rarely show a piece's translations
+FREQUENT_DEFAULT = 100  # `nmt shortlist --frequent`'s default
 
 
 def run(
@@ -42,6 +44,14 @@ def run(
     ckpt = checkpoint.load(model)
     cfg = ckpt.run_config(model).model
     src, tgt = _languages(languages, ckpt.languages, model)
+    for prefix, option in ((train, "--train"), *(((valid, "--valid"),) if valid is not None else ())):
+        for lang in (src, tgt):  # before the work: nothing is written for a missing corpus
+            check_readable(Path(f"{prefix}.{lang}"), f"{option} {prefix}.{lang}")
+    if candidates > cfg.tgt_vocab_size:
+        reporter.warn(
+            f"--candidates {candidates}: the target vocabulary has {cfg.tgt_vocab_size}; taking that"
+        )
+        candidates = cfg.tgt_vocab_size
     encoders = processors(ckpt.spm, ckpt.tokenizers)
     pairs = _read(train, src, tgt, encoders, max_pairs, reporter)
     if not pairs:
@@ -54,6 +64,13 @@ def run(
         frequent,
         rounds=lambda steps: reporter.progress(steps, "learning (IBM Model 1)", unit=" rounds"),
     )
+    if len(pairs) < FEW_PAIRS or frequent == 0:
+        plural = "" if len(pairs) == 1 else "s"
+        why = f"learned from {len(pairs):,} pair{plural}" if len(pairs) < FEW_PAIRS else "--frequent 0"
+        reporter.warn(
+            f"{why}: a shortlist this thin can leave out the pieces a translation needs; learn it "
+            f"from the training corpus (thousands of pairs) with --frequent {FREQUENT_DEFAULT} or more"
+        )
     ckpt.shortlist = shortlist.to_dict()
     checkpoint.save(ckpt, output, "--output")
     reporter.info(
@@ -77,6 +94,12 @@ def _languages(
         if recorded is None:
             raise InputError(f"{model} records no languages: give --src and --tgt (the corpus's suffixes)")
         src, tgt = src or recorded[0], tgt or recorded[1]
+    if recorded is not None and (src == recorded[1] or tgt == recorded[0]):
+        # Suffixes that name the model's other side: a shortlist of the opposite direction.
+        raise InputError(
+            f"--src {src} --tgt {tgt}: {model} translates {recorded[0]} into {recorded[1]}; give "
+            f"--src {recorded[0]} --tgt {recorded[1]}"
+        )
     return src, tgt
 
 

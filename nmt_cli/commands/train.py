@@ -15,6 +15,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from nmt_cli import checkpoint
@@ -121,6 +122,7 @@ def open_session(
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     for split, pairs in (("train", train_data), ("valid", valid_data)):
         _check_lengths(split, pairs, cfg.model.max_positions, data)
+    _check_budget(train_data, cfg.train.max_tokens, data)
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
@@ -236,6 +238,19 @@ def _check_lengths(split: str, pairs: corpus.ParallelSplit, max_positions: int, 
                 f"{max_positions - 1:,} that model.max_positions = {max_positions} holds with EOS; raise "
                 f"model.max_positions or {fix}"
             )
+
+
+def _check_budget(pairs: corpus.ParallelSplit, max_tokens: int, data: Path) -> None:
+    """Some training pair must fit in a batch (its longer side with EOS or BOS): found here, before
+    the run directory is made, not by the first batch."""
+    if not len(pairs):
+        return
+    shortest = int(np.maximum(pairs.src.lengths(), pairs.tgt.lengths()).min()) + 1
+    if shortest > max_tokens:
+        raise InputError(
+            f"train.max_tokens = {max_tokens}: no training pair of --data {data} fits in a batch (the "
+            f"shortest needs {shortest} tokens); raise train.max_tokens"
+        )
 
 
 def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: Path) -> None:

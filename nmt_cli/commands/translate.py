@@ -25,7 +25,7 @@ from nmt_cli.decoding.settings import Sampling, resolve
 from nmt_cli.decoding.translator import Hypotheses, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
-from nmt_cli.files import fsync_directory, output_target
+from nmt_cli.files import fsync_directory, not_an_input, output_target
 from nmt_cli.report import Reporter
 
 Translate = Callable[[list[str]], list[Hypotheses]]
@@ -60,6 +60,8 @@ def run(
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     destination = output_target(output_path, "--output") if output_path is not None else None
+    if output_path is not None:
+        not_an_input(output_path, [*models, *([input_path] if input_path is not None else [])], "--output")
     translator = load_translator(models, dev, precision)
     settings = translator.settings(decode, nbest, batch_tokens, sampling)
     if nbest == 1:  # the output is the text alone

@@ -73,6 +73,23 @@ class DecodeOptions(TypedDict, total=False):
     sampling: Sampling | None
 
 
+def text_lines(lines: object, method: str) -> list[str]:
+    """`lines` as a list of str, or a TypeError naming what is wrong: a single string would be
+    translated character by character, and a None or a number has no text."""
+    if isinstance(lines, str | bytes):
+        raise TypeError(
+            f"{method}(lines): a list of strings, not one {type(lines).__name__}; write {method}([text])"
+        )
+    try:
+        items = list(lines)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{method}(lines): a list of strings, not {type(lines).__name__}") from None
+    for i, line in enumerate(items):
+        if not isinstance(line, str):
+            raise TypeError(f"{method}(lines): lines[{i}] is {type(line).__name__}, not str")
+    return items
+
+
 @dataclass
 class Translator:
     """Loaded models with their sentencepiece processors and default decode settings.
@@ -132,6 +149,7 @@ class Translator:
 
     def translate(self, lines: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
+        lines = text_lines(lines, "translate")
         settings = dataclasses.replace(self._settings_of(options, 1), scores=False)
         return [hyps[0][0] for hyps in self.translate_with(lines, settings)]
 
@@ -142,6 +160,7 @@ class Translator:
         empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
         given; `sampling` draws one hypothesis per line instead of searching) apply to this call
         only; one out of range, or in conflict with another, raises `SettingError`."""
+        lines = text_lines(lines, "translate_nbest")
         return self.translate_with(lines, self._settings_of(options, nbest))
 
     def _settings_of(self, options: DecodeOptions, nbest: int) -> DecodeSettings:

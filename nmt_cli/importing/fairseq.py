@@ -43,11 +43,21 @@ def read(source: Path) -> Imported:
     folder = path.parent
     state = _load(path)
     args = _model_args(state, path)
+    _refuse_multilingual(state, args, path)
     languages = _languages(state, args)
     if languages is None:
         raise InputError(f"{path}: the checkpoint names no source and target language")
     src_dict = _dictionary(folder / f"dict.{languages[0]}.txt")
     tgt_dict = _dictionary(folder / f"dict.{languages[1]}.txt")
+    for side, lang, pieces in (("encoder", languages[0], src_dict), ("decoder", languages[1], tgt_dict)):
+        rows = state["model"].get(f"{side}.embed_tokens.weight")
+        if isinstance(rows, torch.Tensor) and rows.dim() == 2 and rows.shape[0] != len(pieces):
+            # fairseq itself refuses such a pair (the embedding's size does not match the dictionary).
+            raise InputError(
+                f"{folder / f'dict.{lang}.txt'}: {len(pieces):,} symbols with fairseq's 4 specials, but "
+                f"{path.name}'s {side} embeddings have {rows.shape[0]:,} rows; give the dictionary the "
+                "model was trained with"
+            )
     spm_bytes, codes = _tokenization(folder, path)
     if codes is None:
         src, tgt = renumber(src_dict, SPECIALS, [spm_bytes]), renumber(tgt_dict, SPECIALS, [spm_bytes])
@@ -107,6 +117,26 @@ def _model_args(state: dict[str, Any], path: Path) -> dict[str, Any]:
     return args
 
 
+def _refuse_multilingual(state: dict[str, Any], args: dict[str, Any], path: Path) -> None:
+    """fairseq's multilingual models prefix the source and start the decoder with language tokens
+    (__de__) that nmt's import does not add: refused rather than imported to translate wrongly."""
+    task = _as_dict(_as_dict(state.get("cfg")).get("task")) or _as_dict(state.get("args")) or args
+    name = str(task.get("_name") or task.get("task") or "")
+    langtok = any(
+        task.get(key) for key in ("encoder_langtok", "decoder_langtok", "lang_tok_replacing_bos_eos")
+    )
+    if (
+        name.startswith("translation_multi")
+        or name == "multilingual_translation"
+        or langtok
+        or task.get("lang_pairs")
+    ):
+        raise InputError(
+            f"{path}: a multilingual fairseq model (task {name or 'with language tokens'}); nmt imports "
+            "one-pair translation models only"
+        )
+
+
 def _languages(state: dict[str, Any], args: dict[str, Any]) -> tuple[str, str] | None:
     task = _as_dict(_as_dict(state.get("cfg")).get("task")) or _as_dict(state.get("args")) or args
     src, tgt = task.get("source_lang"), task.get("target_lang")
@@ -137,9 +167,18 @@ def _tokenization(folder: Path, path: Path) -> tuple[bytes, str | None]:
     for name in BPE_NAMES:
         if (folder / name).is_file():
             try:
-                return b"", (folder / name).read_text(encoding="utf-8")
+                codes = (folder / name).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as err:
                 raise InputError(f"{folder / name}: cannot read the BPE codes ({err})") from None
+            first = next(
+                (line.split() for line in codes.splitlines() if line and not line.startswith("#")), []
+            )
+            if len(first) == 3 and first[2].isdigit():  # fastBPE's `a b count`; subword-nmt's is `a b`
+                raise InputError(
+                    f"{folder / name}: fastBPE codes (the WMT19 models'); nmt tokenizes with subword-nmt "
+                    "codes or a sentencepiece model"
+                )
+            return b"", codes
     raise InputError(
         f"{folder}: no sentencepiece model ({', '.join(SPM_NAMES)}) or subword-nmt BPE codes "
         f"({', '.join(BPE_NAMES)}) beside {path.name}"
@@ -169,8 +208,10 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
     if int(arg("encoder_ffn_embed_dim", 2048)) != int(arg("decoder_ffn_embed_dim", 2048)):
         raise InputError(f"{path}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
     heads = int(arg("encoder_attention_heads", 8))
-    if int(arg("decoder_attention_heads", heads)) != heads or d % heads:
+    if int(arg("decoder_attention_heads", heads)) != heads:
         raise InputError(f"{path}: encoder and decoder attention heads differ; nmt has one head count")
+    if heads < 1 or d % heads:
+        raise InputError(f"{path}: {heads} attention heads do not divide encoder_embed_dim = {d}")
     pre = bool(arg("encoder_normalize_before", False))
     if bool(arg("decoder_normalize_before", False)) != pre:
         raise InputError(f"{path}: only one of the stacks is pre-norm; nmt has one model.norm")

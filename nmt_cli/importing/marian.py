@@ -69,10 +69,11 @@ def read(folder: Path) -> Imported:
     generation = (
         _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
     )
-    settings = generation | {
+    # generation_config.json first, as transformers' generate reads them; config.json's otherwise.
+    settings = {
         k: config[k] for k in ("num_beams", "max_length", "length_penalty") if k in config
-    }
-    max_length = int(settings.get("max_length") or config.get("max_position_embeddings", 512))
+    } | generation
+    max_length = int(settings.get("max_length") or config.get("max_position_embeddings", 1024))
     # generate's max_length counts the start token: max_length - 1 generated, </s> included.
     decode = DecodeConfig(
         beam=int(settings.get("num_beams") or 4),
@@ -116,8 +117,10 @@ def _read(path: Path) -> bytes:
 def _vocabulary(path: Path) -> list[str]:
     """vocab.json's pieces by id; every id from 0 to the largest must be there once."""
     table = _json(path)
-    if not all(isinstance(i, int) for i in table.values()):
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in table.values()):
         raise InputError(f"{path}: not a piece -> id table")
+    if table and not 0 <= min(table.values()) <= max(table.values()) < len(table):
+        raise InputError(f"{path}: the ids are not 0..N-1, each once (N = {len(table):,} pieces)")
     pieces: list[str | None] = [None] * (max(table.values(), default=-1) + 1)
     for piece, i in table.items():
         pieces[i] = piece
@@ -138,16 +141,19 @@ def _config(
     config: dict[str, Any], folder: Path, src: Renumbering, tgt: Renumbering, separate: bool, pad: int
 ) -> ModelConfig:
     def get(name: str, default: Any) -> Any:
+        """A setting of config.json; one it leaves out has MarianConfig's default, as in transformers."""
         return config.get(name, default)
 
     where = folder / "config.json"
-    heads = int(get("encoder_attention_heads", 8))
-    d = int(get("d_model", 512))
-    if int(get("decoder_attention_heads", heads)) != heads or d % heads:
+    heads = int(get("encoder_attention_heads", 16))
+    d = int(get("d_model", 1024))
+    if int(get("decoder_attention_heads", 16)) != heads:
         raise InputError(f"{where}: encoder and decoder attention heads differ; nmt has one head count")
-    if int(get("encoder_ffn_dim", 2048)) != int(get("decoder_ffn_dim", 2048)):
+    if heads < 1 or d % heads:
+        raise InputError(f"{where}: {heads} attention heads do not divide d_model = {d}")
+    if int(get("encoder_ffn_dim", 4096)) != int(get("decoder_ffn_dim", 4096)):
         raise InputError(f"{where}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
-    activation = ACTIVATIONS.get(str(get("activation_function", "swish")))
+    activation = ACTIVATIONS.get(str(get("activation_function", "gelu")))
     if activation is None:
         raise InputError(
             f"{where}: activation_function {get('activation_function', '')!r}: nmt has swish, gelu, relu"
@@ -163,10 +169,10 @@ def _config(
             f"{where}: decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>"
         )
     return ModelConfig(
-        encoder_layers=int(get("encoder_layers", 6)),
-        decoder_layers=int(get("decoder_layers", 6)),
+        encoder_layers=int(get("encoder_layers", 12)),
+        decoder_layers=int(get("decoder_layers", 12)),
         d_model=d,
-        d_ff=int(get("encoder_ffn_dim", 2048)),
+        d_ff=int(get("encoder_ffn_dim", 4096)),
         heads=heads,
         d_k=d // heads,
         d_v=d // heads,
@@ -176,7 +182,7 @@ def _config(
         norm="post",
         positions="sinusoidal-halves",
         share_embeddings=bool(get("tie_word_embeddings", True)),
-        max_positions=int(get("max_position_embeddings", 512)),
+        max_positions=int(get("max_position_embeddings", 1024)),
         src_vocab_size=len(src.pieces),
         tgt_vocab_size=len(tgt.pieces),
         joint_vocab=not separate and bool(get("share_encoder_decoder_embeddings", True)),
@@ -229,6 +235,13 @@ def _weights(
 
     src_embed = get("model.encoder.embed_tokens.weight", "model.shared.weight")
     tgt_embed = get("model.decoder.embed_tokens.weight", "model.shared.weight")
+    for side, table, embed in (("source", src, src_embed), ("target", tgt, tgt_embed)):
+        if embed.dim() != 2 or table.largest_id() >= embed.shape[0]:
+            # transformers indexes the embedding by the vocabulary's ids: it would fail the same way.
+            raise InputError(
+                f"{folder}: the {side} vocabulary has ids up to {table.largest_id():,}, but the embedding "
+                f"has {embed.shape[0] if embed.dim() else 0:,} rows; give the vocab.json of these weights"
+            )
     out = {
         "src_embed.tokens.weight": src.take(src_embed),
         "tgt_embed.tokens.weight": tgt.take(tgt_embed),

@@ -41,6 +41,10 @@ class Renumbering:
     never: list[int]
     """nmt ids the toolkit could never output: they get an output bias of NEVER."""
 
+    def largest_id(self) -> int:
+        """The largest of the toolkit's ids this vocabulary reads (-1 for none)."""
+        return max((row for row in self.rows if row is not None), default=-1)
+
     def take(self, weight: torch.Tensor) -> torch.Tensor:
         """`weight`'s rows (or entries) in nmt's order; zeros for a special the toolkit lacks."""
         out = weight.new_zeros((len(self.rows), *weight.shape[1:]))

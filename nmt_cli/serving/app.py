@@ -188,8 +188,10 @@ def create_app(
         try:
             body = await _read_body(request, limits.max_body_bytes)
             content_type = request.headers.get("content-type", "")
-            query = dict(request.query_params)
+            query = libretranslate.query_fields(request.query_params.multi_items())
             form = content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+            # `curl -d '{...}'` labels a JSON body as a form: a body that is a JSON object is JSON.
+            form = form and not body.lstrip().startswith(b"{")
             if form or (query and not body.strip()):  # LibreTranslate's other request shapes
                 return await libre(request, libretranslate.fields(body, content_type, query))
             data = json_object(body)

@@ -45,7 +45,7 @@ class ApiKeys:
 
     def _read(self) -> list[bytes]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = self.path.read_text(encoding="utf-8-sig")  # an editor's BOM is not part of a key
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
             raise InputError(f"--api-keys {self.path}: cannot read it ({reason})") from None

@@ -54,7 +54,20 @@ class Request:
     api_key: str | None
 
 
-def fields(body: bytes, content_type: str, query: Mapping[str, str]) -> dict[str, Any]:
+def query_fields(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The fields of a query string's (name, value) pairs, as of a form: a repeated q is a list of
+    texts (q=a&q=b), other fields take their last value."""
+    grouped: dict[str, list[str]] = {}
+    for name, value in pairs:
+        grouped.setdefault(name, []).append(value)
+    return _one_or_list(grouped)
+
+
+def _one_or_list(grouped: dict[str, list[str]]) -> dict[str, Any]:
+    return {k: v if k == "q" and len(v) > 1 else v[-1] for k, v in grouped.items()}
+
+
+def fields(body: bytes, content_type: str, query: Mapping[str, Any]) -> dict[str, Any]:
     """The request's fields from its query string, then its body (JSON or a form), the body
     winning, as LibreTranslate reads them."""
     found: dict[str, Any] = dict(query)
@@ -72,8 +85,7 @@ def fields(body: bytes, content_type: str, query: Mapping[str, str]) -> dict[str
         form = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
         raise Refused(400, "Invalid request: the body is not valid UTF-8") from None
-    # A repeated q is a list of texts, as a form can send it (q=a&q=b); other fields take one value.
-    return {**found, **{k: v if k == "q" and len(v) > 1 else v[-1] for k, v in form.items()}}
+    return {**found, **_one_or_list(form)}
 
 
 def is_libretranslate(data: Mapping[str, Any]) -> bool:

@@ -1,14 +1,17 @@
 """The server of `nmt serve`: the listening socket, bound before the model loads, and uvicorn
 running the app until SIGINT or SIGTERM, after which every request in flight is finished."""
 
+import asyncio
 import contextlib
 import copy
+import json
 import logging
-import re
 import signal
 import socket
+from collections import Counter
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from nmt_cli.config import ServeLimits
 from nmt_cli.errors import InputError, NmtError
@@ -19,19 +22,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nmt_cli.serving")
 BACKLOG = 2048  # uvicorn's own default
-API_KEY_IN_QUERY = re.compile(r"((?:^|[?&])api_key=)[^&#]*")
+HIDDEN_QUERY = "?(query hidden: it carries api_key)"
+LINGER_S = 2.0  # how long a refused connection is read and dropped before it is closed
 
 
 class HideKeys(logging.Filter):
-    """Blanks the value of api_key in the query strings of uvicorn's access log (LibreTranslate
-    clients such as deep-translator send it there), so that no key is written to a log."""
+    """Keeps API keys out of uvicorn's access log: LibreTranslate clients such as deep-translator
+    send `api_key` in the query string, and a query that carries one, under any spelling the
+    server decodes to that name (`api%5Fkey`), is not logged at all."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(
-                API_KEY_IN_QUERY.sub(r"\1***", arg) if isinstance(arg, str) else arg for arg in record.args
-            )
+            record.args = tuple(hide_key(arg) if isinstance(arg, str) else arg for arg in record.args)
         return True
+
+
+def hide_key(path: str) -> str:
+    """`path` without its query string when the query names api_key once decoded (as Starlette
+    decodes it for the app)."""
+    base, mark, query = path.partition("?")
+    if mark and any(name == "api_key" for name, _ in parse_qsl(query, keep_blank_values=True)):
+        return base + HIDDEN_QUERY
+    return path
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -71,6 +83,7 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
     # decoding request has at least one line, so more than twice --max-queue is never needed.
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(limits),
         log_config=log_config,
         log_level=level,
         access_log=not quiet,
@@ -81,6 +94,109 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
     server.run(sockets=[sock])
     if server.force_exit:
         raise NmtError("stopped at once by a second Ctrl-C; requests in flight were dropped", exit_code=130)
+
+
+def refusal(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response with nmt's JSON error, closing the connection."""
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def guarded_protocol(limits: ServeLimits) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol with two bounds that keep slow or greedy clients from holding
+    the server's connections (uvicorn's limit_concurrency counts open connections, however idle):
+
+    - a request, headers and body, must arrive within `limits.request_timeout` seconds of the
+      connection (or, on a kept-alive connection, of its first byte): a client that sends part
+      of a request, or nothing, gets 408 and is closed;
+    - one client address holds at most `limits.max_client_connections` open connections: the
+      next gets 429 and is closed.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    open_by_client: Counter[str] = Counter()
+    unfinished = (h11.IDLE, h11.SEND_BODY)  # the client's states before its request is complete
+
+    class GuardedProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _address: str | None = None
+        _refused = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if self.client:
+                self._address = self.client[0]
+                open_by_client[self._address] += 1
+                if open_by_client[self._address] > limits.max_client_connections:
+                    message = (
+                        f"more than {limits.max_client_connections} open connections from "
+                        f"{self._address}; reuse one (keep-alive) or wait for one to close"
+                    )
+                    self._close_with(refusal(429, "Too Many Requests", message))
+                    return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # answered and closing: what still arrives is read and dropped
+            if self._deadline is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the first byte of the next request on a kept-alive connection
+            super().data_received(data)
+            if self.conn.their_state not in unfinished:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            if self._address is not None:
+                open_by_client[self._address] -= 1
+                if open_by_client[self._address] <= 0:
+                    del open_by_client[self._address]
+                self._address = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(limits.request_timeout, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            state = self.conn.their_state
+            if state not in unfinished:
+                return
+            # In SEND_BODY the app has the request's headers and may have answered already.
+            answered = state is h11.SEND_BODY and self.cycle is not None and self.cycle.response_started
+            message = (
+                f"the request did not arrive within {limits.request_timeout:g} s (--request-timeout); "
+                "send it whole"
+            )
+            self._close_with(b"" if answered else refusal(408, "Request Timeout", message))
+
+        def _close_with(self, response: bytes) -> None:
+            """Answer and close. Closing a socket with unread bytes makes the kernel reset the
+            connection, and the client may lose the answer: so the server sends its end (FIN),
+            then reads and drops what still comes for up to LINGER_S, until the client closes."""
+            if self.transport.is_closing() or self._refused:
+                return
+            self._refused = True
+            self._disarm()
+            if response:
+                self.transport.write(response)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+                self.loop.call_later(LINGER_S, self.transport.close)
+            else:
+                self.transport.close()
+
+    return GuardedProtocol
 
 
 def _graceful_server(config: Any) -> "Server":

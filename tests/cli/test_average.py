@@ -168,3 +168,18 @@ def test_checkpoints_of_opposite_directions_are_refused(
     line = one_line_error(capsys)
     assert "different directions" in line and str(trained.checkpoint) in line and str(reverse) in line
     assert not output.exists()
+
+
+def test_an_output_that_resuming_reads_is_refused(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained.run_dir, run)
+    ckpts = run / "checkpoints"
+    before = {p.name: p.read_bytes() for p in ckpts.iterdir()}
+    for output in (ckpts / "checkpoint_last.pt", ckpts / "checkpoint_300.pt", ckpts / "checkpoint_7.pt"):
+        capsys.readouterr()
+        assert average("--run", run, "--last", 2, "-o", output) == 2, output
+        one_line_error(capsys)
+    assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
+    assert average("--run", run, "--last", 2, "-o", run / "average.pt") == 0

@@ -145,6 +145,17 @@ def test_force_replaces_an_earlier_export_and_nothing_else(
     ).read_text() == "keep" and model.read_bytes() == trained.checkpoint.read_bytes()
 
 
+def test_force_never_deletes_a_directory_named_like_an_export_file(
+    trained: TrainedRun, tmp_path: Path
+) -> None:
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 0
+    (out / "vmap.txt").mkdir()
+    (out / "vmap.txt" / "thesis.tex").write_text("years of work")
+    assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out, "--force") == 2
+    assert (out / "vmap.txt" / "thesis.tex").read_text() == "years of work"
+
+
 def test_library_refuses_unequal_head_widths(tmp_path: Path) -> None:
     model = tiny_model(d_k=8, d_v=4)
     with pytest.raises(ValueError, match="model.d_k"):

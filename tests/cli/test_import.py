@@ -199,3 +199,85 @@ def test_what_is_not_a_model_is_refused_in_one_line(
     assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
     one_line_error(capsys)
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_an_output_that_is_the_source_model_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "fairseq"
+    shutil.copytree(FAIRSEQ, source)
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    for output in (source / "checkpoint.pt", source / "dict.en.txt"):
+        capsys.readouterr()
+        assert nmt("import", source / "checkpoint.pt", "-o", output) == 2
+        assert "is an input of this command" in one_line_error(capsys)
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+
+
+def _broken_fairseq(tmp_path: Path, fault: str) -> Path:
+    """A copy of the fairseq fixture with one fault of the kind real files have."""
+    import argparse
+
+    source = tmp_path / fault.replace(" ", "_")
+    shutil.copytree(FAIRSEQ, source)
+    path = source / "checkpoint.pt"
+    if fault == "empty dictionary":
+        (source / "dict.en.txt").write_text("", encoding="utf-8")
+    elif fault == "dictionary 50 short":
+        lines = (source / "dict.de.txt").read_text(encoding="utf-8").splitlines()
+        (source / "dict.de.txt").write_text("\n".join(lines[:-50]) + "\n", encoding="utf-8")
+    else:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            state = torch.load(path, weights_only=True)
+        model = state["model"]
+        if fault == "nan weight":
+            model["encoder.layers.0.fc1.weight"][0, 0] = float("nan")
+        elif fault == "truncated tensor":
+            model["decoder.layers.0.fc2.weight"] = model["decoder.layers.0.fc2.weight"][:, :7]
+        elif fault == "multilingual":
+            state["cfg"]["task"].update(_name="translation_multi_simple_epoch", encoder_langtok="src")
+        elif fault == "zero heads":  # fairseq 0.12 keeps the model's settings as a Namespace
+            state["cfg"]["model"].encoder_attention_heads = 0
+            state["cfg"]["model"].decoder_attention_heads = 0
+        torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        ("empty dictionary", "embeddings have"),
+        ("dictionary 50 short", "embeddings have"),
+        ("nan weight", "encoder.0.ffn.linear1.weight holds NaN"),
+        ("truncated tensor", "cannot import"),
+        ("zero heads", "0 attention heads do not divide"),
+        ("multilingual", "a multilingual fairseq model"),
+    ],
+)
+def test_a_foreign_model_whose_files_disagree_is_refused_in_one_line(
+    fault: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _broken_fairseq(tmp_path, fault)
+    capsys.readouterr()
+    assert nmt("import", path, "-o", tmp_path / "out.pt") == 2
+    line = one_line_error(capsys)
+    assert words in line and "internal error" not in line, line
+    assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize("source", ["hf:", "hf:../../etc", "hf:org", "hf:org/../../x"])
+def test_a_hub_name_that_is_not_one_is_refused_before_any_download(
+    source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert nmt("import", source, "-o", tmp_path / "out.pt") == 2
+    assert "not a Hugging Face model name" in one_line_error(capsys)
+
+
+def test_fastbpe_codes_are_refused_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "wmt19-like"
+    shutil.copytree(MOSES, source)
+    codes = (source / "bpecodes").read_text(encoding="utf-8").splitlines()[1:]
+    (source / "bpecodes").write_text("".join(f"{line} {1000 - i}\n" for i, line in enumerate(codes)))
+    assert nmt("import", source / "checkpoint.pt", "-o", tmp_path / "out.pt") == 2
+    assert "fastBPE codes" in one_line_error(capsys)
+    assert not (tmp_path / "out.pt").exists()

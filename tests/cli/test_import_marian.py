@@ -37,7 +37,9 @@ def spm_model(lines: list[str], vocab_size: int) -> bytes:
     return out.getvalue()
 
 
-def marian_dir(folder: Path, activation: str, separate: bool, seed: int, codes: tuple[str, ...] = ()) -> Path:
+def marian_dir(
+    folder: Path, activation: str, separate: bool, seed: int, codes: tuple[str, ...] = (), heads: int = 4
+) -> Path:
     """A random MarianMTModel with its tokenizer files, saved as OPUS-MT's models are."""
     torch.manual_seed(seed)
     source_lines, target_lines = sentences(400, seed=seed), sentences(400, seed=seed + 1, max_words=8)
@@ -80,8 +82,8 @@ def marian_dir(folder: Path, activation: str, separate: bool, seed: int, codes: 
         d_model=32,
         encoder_layers=2,
         decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
         activation_function=activation,
@@ -213,3 +215,53 @@ def test_an_imported_marian_model_fine_tunes_and_exports_to_ctranslate2(tmp_path
         lines, beam=1, max_len_a=0.0, max_len_b=MAX_NEW
     )
     assert theirs == ours
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        ("huge id", "the ids are not 0..N-1"),
+        ("vocabulary longer than the rows", "embedding has"),
+        ("200 beams", "decode.beam"),
+        ("negative length penalty", "decode.lenpen"),
+    ],
+)
+def test_a_marian_model_nmt_cannot_run_is_refused_at_import(
+    fault: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if fault == "huge id":
+        vocab["<extra>"] = 10**12
+    elif fault == "vocabulary longer than the rows":
+        vocab |= {f"extra{i}": len(vocab) + i for i in range(5)}
+    elif fault == "200 beams":
+        config["num_beams"] = 200
+    else:
+        config["length_penalty"] = -1.0
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    capsys.readouterr()
+    assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
+    line = one_line_error(capsys)
+    assert words in line, line
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_settings_config_json_leaves_out_take_marian_configs_defaults(tmp_path: Path) -> None:
+    """transformers reads a config.json without activation_function or head counts with
+    MarianConfig's defaults (gelu, 16 heads): so must the import."""
+    folder = marian_dir(tmp_path, "gelu", False, seed=3, heads=16)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    for name in ("activation_function", "encoder_attention_heads", "decoder_attention_heads"):
+        del config[name]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    cfg = checkpoint.load(imported).run_config(imported).model
+    assert (cfg.activation, cfg.heads) == ("gelu", 16)
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    lines = sentences(40, seed=9)
+    limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}
+    assert translator.translate(lines, beam=1, **limits) == generate(folder, lines, beams=1)

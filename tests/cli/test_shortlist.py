@@ -162,3 +162,32 @@ def test_export_writes_the_shortlist_as_ctranslate2s_vocabulary_map(
         )
     ]
     assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 0.9 * len(lines_in)
+
+
+def test_a_corpus_of_the_opposite_direction_or_a_missing_valid_set_is_refused_before_any_output(
+    trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.pt"
+    base = ["shortlist", "-m", trained.checkpoint, "-o", out, "--train", corpus.raw / "train"]
+    assert nmt(*base, "--src", "tgt", "--tgt", "src") == 2  # the model translates src into tgt
+    assert "translates src into tgt; give --src src --tgt tgt" in one_line_error(capsys)
+    assert nmt(*base, "--src", "src", "--tgt", "tgt", "--valid", tmp_path / "missing") == 2
+    assert "--valid" in one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_a_thin_shortlist_warns_and_candidates_are_capped_at_the_vocabulary(
+    trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    few = tmp_path / "few"
+    for side in ("src", "tgt"):
+        (tmp_path / f"few.{side}").write_text("apple river\n", encoding="utf-8")
+    out = tmp_path / "thin.pt"
+    capsys.readouterr()
+    args = ["shortlist", "-m", trained.checkpoint, "-o", out, "--train", few, "--src", "src", "--tgt", "tgt"]
+    assert nmt(*args, "--frequent", 0, "--candidates", 100_000) == 0
+    err = capsys.readouterr().err
+    assert "learned from 1 pair: a shortlist this thin" in err
+    assert "--candidates 100000: the target vocabulary has" in err
+    vocab = checkpoint.load(out).run_config(out).model.tgt_vocab_size
+    assert stored(out).candidates.shape[1] <= vocab

@@ -158,6 +158,8 @@ def test_an_interrupted_run_resumes_exactly(
         ([f"train.seed={2**70}"], "train.seed"),
         (["train.corpus_weights=[inf]"], "train.corpus_weights"),
         (["train.label_smoothing=nan"], "train.label_smoothing"),
+        (["train.max_tokens=1"], "train.max_tokens = 1: no training pair"),
+        (["train.pad_to_multiple=-8"], "train.pad_to_multiple"),
         (['train.lr_schedule="linear"', "train.max_updates=0", "train.max_minutes=0"], "train.lr_schedule"),
     ],
 )

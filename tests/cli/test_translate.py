@@ -519,3 +519,20 @@ def test_one_line_out_per_line_in_even_when_the_model_writes_line_breaks(
     assert nmt("-q", "translate", "-m", model, "-i", source, "-o", target, "--nbest", 2) == 0
     assert all(len(row.split("\t")) == 3 for row in target.read_text(encoding="utf-8").split("\n")[:-1])
     assert target.read_bytes().count(b"\n") == 2 * len(lines)
+
+
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("apple river\nstone\n", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(source)
+    os.link(source, tmp_path / "hard.txt")
+    for output in (source, tmp_path / "link.txt", tmp_path / "hard.txt", trained.checkpoint):
+        capsys.readouterr()
+        code = nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", output, "--threads", 1)
+        assert code == 2, output
+        line = _one_line_error(capsys.readouterr().err)
+        assert "is an input of this command" in line and str(output) in line
+    assert source.read_text(encoding="utf-8") == "apple river\nstone\n"
+    assert checkpoint.load(trained.checkpoint).update == trained.updates

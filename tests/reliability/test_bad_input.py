@@ -21,6 +21,7 @@ import random
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -378,6 +379,46 @@ def _full_disk_after(saves: int, monkeypatch: pytest.MonkeyPatch) -> None:
         real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", save)
+
+
+class _FillingDisk:
+    """A file that takes `room` bytes and then fails every write with ENOSPC, as a full disk does."""
+
+    def __init__(self, stream: Any, room: int) -> None:
+        self.stream, self.room = stream, room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.stream.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@pytest.mark.parametrize("command", ["average", "shortlist", "import"])
+def test_a_disk_filling_up_under_torchs_own_writer_is_one_line(
+    command: str, trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's zip writer turns the failed write into a RuntimeError ("enforce fail at
+    inline_container.cc"): still "No space left on device", exit 1, nothing left."""
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: real_save(obj, _FillingDisk(f, 4096), *a, **k))
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / "model.pt"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "fairseq-multi30k-tiny" / "checkpoint.pt"
+    args = {
+        "average": ["average", trained.checkpoint, "-o", output],
+        "shortlist": ["shortlist", "-m", trained.checkpoint, "--train", corpus.raw / "train", "-o", output],
+        "import": ["import", fixture, "-o", output],
+    }[command]
+    code, _, err = run(capsys, "-q", *args)
+    assert code == 1
+    line = one_line(err)
+    assert "No space left on device" in line and str(output) in line and "internal error" not in line
+    assert listing(out) == []
 
 
 def test_average_full_disk(trained: TrainedRun, tmp_path: Path, capsys, monkeypatch) -> None:

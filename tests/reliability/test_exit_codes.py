@@ -83,3 +83,23 @@ def test_130_and_143_a_signal_keeps_and_names_what_was_finished(
     line = one_line(err)
     assert words in line and f"after 2 lines; they are in {partial}" in line
     assert partial.read_text(encoding="utf-8") == "apple river\nstone cloud\n" and not out.exists()
+
+
+def test_130_ctrl_c_in_a_command_that_does_not_catch_it_still_says_so(trained: TrainedRun) -> None:
+    """Typer turns Ctrl-C into exit code 130 before nmt's handler sees it: the line must still come."""
+    process = subprocess.Popen(
+        translate(trained),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("apple river\n")
+    process.stdin.flush()  # the input stays open: it waits for more once the line is out
+    assert process.stdout.readline() == "apple river\n"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=TIMEOUT_S)
+    assert process.returncode == 130
+    assert one_line(err).startswith("nmt: error: interrupted")

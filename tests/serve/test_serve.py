@@ -450,3 +450,23 @@ def test_workers_killed_mid_request_fail_it_with_503_and_sigterm_still_exits(tra
         assert server.post({"text": ["stone cloud"]}).json() == {"translations": ["stone cloud"]}
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(30) == 0
+
+
+def test_sighup_without_api_keys_leaves_the_server_serving(server: Server) -> None:
+    server.process.send_signal(signal.SIGHUP)  # its default action would end the process at once
+    assert server.post({"text": ["apple"]}).status_code == 200
+    assert server.process.poll() is None
+
+
+def test_a_json_body_sent_as_a_form_is_read_as_json(server: Server, offline: Translator) -> None:
+    """What `curl -d '{...}'` sends: the README's examples, as written."""
+    body = json.dumps({"text": ["apple river", "stone"], "beam": 2, "nbest": 2})
+    response = httpx.post(
+        server.url + "/translate", content=body, headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert response.status_code == 200, response.text
+    with one_thread():
+        expected = offline.translate_nbest(["apple river", "stone"], nbest=2, beam=2)
+    assert [[h["text"] for h in line] for line in response.json()["translations"]] == [
+        [text for text, _ in line] for line in expected
+    ]

@@ -100,3 +100,27 @@ def test_a_lone_surrogate_gets_a_translation_not_an_error(translator: Translator
     # Python strings may hold them (e.g. from os.fsdecode); sentencepiece takes only UTF-8.
     out = translator.translate(["\ud800", "apple \udfff river"])
     assert len(out) == 2 and all(isinstance(text, str) for text in out)
+
+
+@pytest.mark.parametrize(
+    ("lines", "words"),
+    [
+        ("A dog runs.", "not one str; write translate([text])"),
+        (b"bytes", "not one bytes"),
+        ([None], "lines[0] is NoneType, not str"),
+        (["apple", 5], "lines[1] is int, not str"),
+        ([b"x"], "lines[0] is bytes, not str"),
+        (42, "a list of strings, not int"),
+    ],
+)
+def test_what_is_not_a_list_of_strings_is_a_type_error_naming_it(
+    translator: Translator, lines: object, words: str
+) -> None:
+    with pytest.raises(TypeError) as raised:
+        translator.translate(lines)  # type: ignore[arg-type]
+    assert words in str(raised.value) and str(raised.value).startswith("translate(lines)")
+    with pytest.raises(TypeError, match=r"^translate_nbest\(lines\)"):
+        translator.translate_nbest(lines, nbest=2)  # type: ignore[arg-type]
+    assert translator.translate(("apple", "river")) == translator.translate(
+        ["apple", "river"]
+    )  # any sequence

@@ -1,0 +1,132 @@
+"""Slow and greedy clients against a real `nmt serve`, with real sockets on loopback: a client that
+sends part of a request, or nothing, is answered 408 and closed after --request-timeout; one client
+address holds at most --max-client-connections open connections (the next gets 429); and while
+such clients hold what they may, another client's translations are answered. Every socket is
+bounded in count and time, and closed by the test."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import TrainedRun
+from serve_helpers import Server, running_server
+
+TIMEOUT_S = 2.0
+PER_CLIENT = 6
+OTHER_CLIENT = "127.0.0.2"  # another address on loopback: another client to the server
+
+
+@pytest.fixture(scope="module")
+def server(trained: TrainedRun) -> Iterator[Server]:
+    options = ["--request-timeout", TIMEOUT_S, "--max-client-connections", PER_CLIENT, "--max-queue", 8]
+    options += ["--max-lines", 8]
+    with running_server(trained.checkpoint, *options) as running:
+        assert running.post({"text": ["apple"]}).status_code == 200  # warm: later answers are quick
+        yield running
+
+
+def address(server: Server) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+@contextlib.contextmanager
+def sockets(server: Server, count: int, first_bytes: bytes) -> Iterator[list[socket.socket]]:
+    """`count` connections from 127.0.0.1 that each send `first_bytes` and then nothing."""
+    opened = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(address(server), timeout=10)
+            if first_bytes:
+                sock.sendall(first_bytes)
+            opened.append(sock)
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def answer(sock: socket.socket, within: float) -> tuple[int, dict[str, Any], float]:
+    """(status, JSON body, seconds waited) of what the server sends before it closes `sock`."""
+    start = time.monotonic()
+    sock.settimeout(within)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1])
+    return status, json.loads(body), time.monotonic() - start
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Whether the server has neither answered nor closed `sock` yet (a look without waiting)."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return False
+
+
+def other_client_translates(server: Server) -> httpx.Response:
+    transport = httpx.HTTPTransport(local_address=OTHER_CLIENT)
+    with httpx.Client(transport=transport, timeout=30) as client:
+        return client.post(server.url + "/translate", json={"text": ["apple river"]})
+
+
+@pytest.mark.parametrize(
+    "first_bytes",
+    [
+        b"",  # connects and says nothing
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Ty",  # half a header
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",  # 1 byte of 100
+    ],
+    ids=["nothing", "part_of_the_headers", "one_byte_of_the_body"],
+)
+def test_an_unfinished_request_gets_408_and_is_closed_after_the_timeout(
+    server: Server, first_bytes: bytes
+) -> None:
+    with sockets(server, 1, first_bytes) as (sock,):
+        status, body, waited = answer(sock, within=TIMEOUT_S + 10)
+    assert status == 408
+    assert "--request-timeout" in body["error"]
+    assert waited < TIMEOUT_S + 5
+
+
+def test_one_address_holds_a_bounded_number_of_connections_and_others_are_served(server: Server) -> None:
+    partial = b"POST /translate HTTP/1.1\r\nHost: x\r\n"
+    with sockets(server, PER_CLIENT, partial) as held, sockets(server, 2, partial) as extra:
+        for sock in extra:
+            status, body, _ = answer(sock, within=5)
+            assert status == 429
+            assert f"more than {PER_CLIENT} open connections" in body["error"]
+        # The slow client holds all it may; another address still gets its translation.
+        response = other_client_translates(server)
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"][0]
+        assert all(still_open(sock) for sock in held), "answered while the slow connections were held"
+        for sock in held:
+            assert answer(sock, within=TIMEOUT_S + 10)[0] == 408
+    # Once they are closed, the address may connect again.
+    assert httpx.post(server.url + "/translate", json={"text": ["apple"]}, timeout=30).status_code == 200
+
+
+def test_a_kept_alive_connection_is_timed_per_request(server: Server) -> None:
+    """The timeout runs from a request's first byte, not from the connection: a client that sends
+    whole requests on one connection, with pauses between them shorter than uvicorn's keep-alive,
+    is answered every time (the connection lives longer than the timeout)."""
+    with httpx.Client(timeout=30) as client:
+        for _ in range(3):
+            response = client.post(server.url + "/translate", json={"text": ["apple"]})
+            assert response.status_code == 200
+            time.sleep(TIMEOUT_S * 0.6)  # under uvicorn's 5 s keep-alive
