@@ -226,13 +226,22 @@ def shortlist(
 def import_(
     source: Annotated[str, typer.Argument(help="Marian (Hugging Face) directory or fairseq checkpoint.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.")],
+    src: Annotated[
+        str | None, typer.Option(help="Source language, for a model that does not name it.")
+    ] = None,
+    tgt: Annotated[
+        str | None, typer.Option(help="Target language, for a model that does not name it.")
+    ] = None,
 ) -> None:
-    """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint."""
+    """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint.
+
+    A fairseq run trained without --source-lang/--target-lang names no languages: give them with
+    --src and --tgt (its dict.SRC.txt and dict.TGT.txt are read)."""
     from nmt_cli.commands import import_model as command
 
     imported()
 
-    command.run(source, output, quiet=Globals.quiet)
+    command.run(source, output, quiet=Globals.quiet, languages=(src, tgt))
 
 
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")

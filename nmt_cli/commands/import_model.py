@@ -3,6 +3,7 @@ checkpoint, which translate, serve, export, average and `train --init-from` then
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -22,15 +23,24 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # the hub's ORG
 LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{1,8})*")  # en, deu, pt_BR, zh-Hant
 
 
-def run(source: str, output: Path, quiet: bool) -> None:
+def run(
+    source: str, output: Path, quiet: bool, languages: tuple[str | None, str | None] = (None, None)
+) -> None:
+    """`languages`: --src and --tgt, for a model that does not name its languages."""
     reporter = Reporter(quiet)
+    if (languages[0] is None) != (languages[1] is None):
+        raise InputError("--src and --tgt go together: give both, or neither")
+    given = (languages[0], languages[1]) if languages[0] is not None and languages[1] is not None else None
+    for code in given or ():
+        if not LANGUAGE.fullmatch(code):
+            raise InputError(f"--src/--tgt {code}: not a language code (en, deu, pt_BR)")
     path = _local(source, reporter)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
     not_an_input(
         output, [path, *(path.iterdir() if path.is_dir() else path.parent.glob("dict.*.txt"))], "--output"
     )
     try:
-        imported = read(path)
+        imported = read(path, given)
     except (
         ValueError,
         TypeError,
@@ -98,18 +108,26 @@ def check_weights(imported: Imported, path: Path) -> None:
         raise InputError(f"{path}: cannot import: {shown}")
 
 
-def read(path: Path) -> Imported:
-    """The model at `path`, by the files that say which toolkit wrote it."""
+def read(path: Path, languages: tuple[str, str] | None = None) -> Imported:
+    """The model at `path`, by the files that say which toolkit wrote it; `languages` (--src,
+    --tgt) for a model that names none, and must agree with one that does."""
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if marian.looks_like(path):
-        return marian.read(path)
-    if fairseq.looks_like(path):
-        return fairseq.read(path)
-    raise InputError(
-        f"{path}: neither a Hugging Face Marian directory (config.json with model_type marian) nor a "
-        "fairseq checkpoint with its dict.*.txt beside it"
-    )
+        imported = marian.read(path)
+    elif fairseq.looks_like(path):
+        imported = fairseq.read(path, languages)
+    else:
+        raise InputError(
+            f"{path}: neither a Hugging Face Marian directory (config.json with model_type marian) nor a "
+            "fairseq checkpoint with its dict.*.txt beside it"
+        )
+    if languages is not None and imported.languages not in (None, languages):
+        raise InputError(
+            f"--src {languages[0]} --tgt {languages[1]}: {path} translates {'-'.join(imported.languages)}; "
+            "leave --src and --tgt out"
+        )
+    return dataclasses.replace(imported, languages=imported.languages or languages)
 
 
 def _local(source: str, reporter: Reporter) -> Path:

@@ -38,15 +38,21 @@ def looks_like(source: Path) -> bool:
     return source.suffix == ".pt" and any(source.parent.glob("dict.*.txt"))
 
 
-def read(source: Path) -> Imported:
+def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
+    """`given`: the languages of a checkpoint that names none (fairseq saves none for a run
+    trained without --source-lang/--target-lang); they choose the dictionaries."""
     path = _checkpoint_file(source)
     folder = path.parent
     state = _load(path)
     args = _model_args(state, path)
     _refuse_multilingual(state, args, path)
-    languages = _languages(state, args)
+    languages = _languages(state, args) or given
     if languages is None:
-        raise InputError(f"{path}: the checkpoint names no source and target language")
+        found = sorted(p.name for p in folder.glob("dict.*.txt"))
+        raise InputError(
+            f"{path}: the checkpoint names no source and target language; give them with --src and "
+            f"--tgt (the dictionaries beside it: {', '.join(found)})"
+        )
     src_dict = _dictionary(folder / f"dict.{languages[0]}.txt")
     tgt_dict = _dictionary(folder / f"dict.{languages[1]}.txt")
     for side, lang, pieces in (("encoder", languages[0], src_dict), ("decoder", languages[1], tgt_dict)):

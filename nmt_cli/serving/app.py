@@ -56,10 +56,11 @@ log = logging.getLogger("nmt_cli.serving")
 
 
 def require_extra() -> None:
-    """Fail with one line naming the extra when fastapi, uvicorn or prometheus-client is missing."""
+    """Fail with one line naming the extra when a package of it (fastapi, uvicorn...) is missing."""
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
+        import python_multipart  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:
         raise InputError(f"nmt serve needs {err.name}, part of an optional extra: {EXTRA}") from None
@@ -189,7 +190,10 @@ def create_app(
             body = await _read_body(request, limits.max_body_bytes)
             content_type = request.headers.get("content-type", "")
             query = libretranslate.query_fields(request.query_params.multi_items())
-            form = content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+            kind = content_type.split(";")[0].strip().lower()
+            if kind == "multipart/form-data":  # LibreTranslate takes its fields as multipart too
+                return await libre(request, {**query, **await _multipart(request, body)})
+            form = kind == "application/x-www-form-urlencoded"
             # `curl -d '{...}'` labels a JSON body as a form: a body that is a JSON object is JSON.
             form = form and not body.lstrip().startswith(b"{")
             if form or (query and not body.strip()):  # LibreTranslate's other request shapes
@@ -297,6 +301,24 @@ class CountRequests:
         finally:
             path = scope.get("path", "")
             self.metrics.answered(path if path in ROUTES else "other", status, time.perf_counter() - start)
+
+
+async def _multipart(request: "Request", body: bytes) -> dict[str, Any]:
+    """The text fields of a multipart/form-data `body` (already read, within the size limit) by
+    Starlette's parser, a repeated q as a list."""
+    from starlette.requests import Request
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form()
+    except Exception:  # noqa: BLE001 - the parser's own errors: a malformed body
+        raise libretranslate.Refused(
+            400, "Invalid request: not a readable multipart/form-data body"
+        ) from None
+    texts = [(name, value) for name, value in form.multi_items() if isinstance(value, str)]
+    return libretranslate.query_fields(texts)
 
 
 async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:

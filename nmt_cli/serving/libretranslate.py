@@ -3,8 +3,8 @@ wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on
 
     POST /translate  q (a string or a list of strings), source (a language code, or "auto" for the
                      one source that has a model into `target`), target, format ("text"; "html"
-                     is refused), api_key, alternatives (0 only): as a JSON object, as a form, or
-                     in the query string, as LibreTranslate takes them
+                     is refused), api_key, alternatives (0 only): as a JSON object, as a form
+                     (urlencoded or multipart), or in the query string, as LibreTranslate takes them
                      -> {"translatedText": "..."} (a list for a list), with "detectedLanguage"
                      when the source was "auto"
     GET  /languages  [{"code": "en", "name": "English", "targets": ["de"]}, ...]

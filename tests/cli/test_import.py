@@ -281,3 +281,32 @@ def test_fastbpe_codes_are_refused_at_import(tmp_path: Path, capsys: pytest.Capt
     assert nmt("import", source / "checkpoint.pt", "-o", tmp_path / "out.pt") == 2
     assert "fastBPE codes" in one_line_error(capsys)
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_a_fairseq_run_that_names_no_languages_imports_with_src_and_tgt(
+    imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fairseq 0.12 saves source_lang = None for a run trained as its own examples train, without
+    --source-lang/--target-lang; fairseq itself runs such a model."""
+    import argparse
+
+    source = tmp_path / "unnamed"
+    shutil.copytree(FAIRSEQ, source)
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        state = torch.load(source / "checkpoint.pt", weights_only=True)
+    state["cfg"]["task"].update(source_lang=None, target_lang=None)
+    torch.save(state, source / "checkpoint.pt")
+    out = tmp_path / "out.pt"
+    capsys.readouterr()
+    assert nmt("import", source / "checkpoint.pt", "-o", out) == 2
+    assert "give them with --src and --tgt" in one_line_error(capsys)
+    assert nmt("-q", "import", source / "checkpoint.pt", "-o", out, "--src", "en", "--tgt", "de") == 0
+    assert checkpoint.load(out).languages == ("en", "de")
+    lines = (FAIRSEQ / "input.en").read_text(encoding="utf-8").splitlines()[:20]
+    ours = Translator.load(out, device="cpu", precision="fp32", threads=1).translate(lines, beam=1)
+    assert ours == Translator.load(imported, device="cpu", precision="fp32", threads=1).translate(
+        lines, beam=1
+    )
+    # A model that names its languages keeps them: --src/--tgt may only agree.
+    assert nmt("import", FAIRSEQ / "checkpoint.pt", "-o", out, "--src", "de", "--tgt", "en") == 2
+    assert "translates en-de" in one_line_error(capsys)

@@ -102,6 +102,29 @@ def test_q_repeated_in_the_query_string_is_a_list_as_in_a_form(
         assert response.json()["translatedText"] == expected(offline, "en-de", LINES[:2])
 
 
+def test_a_multipart_form_is_read_as_libretranslate_reads_it(
+    server: Server, offline: dict[str, Translator]
+) -> None:
+    fields = [
+        ("q", (None, LINES[0])),
+        ("q", (None, LINES[1])),
+        ("source", (None, "en")),
+        ("target", (None, "de")),
+    ]
+    response = httpx.post(server.url + "/translate", files=fields)
+    assert response.request.headers["content-type"].startswith("multipart/form-data")
+    assert response.status_code == 200, response.text
+    assert response.json()["translatedText"] == expected(offline, "en-de", LINES[:2])
+    single = httpx.post(server.url + "/translate", files=fields[1:])
+    assert single.json()["translatedText"] == expected(offline, "en-de", LINES[1:2])[0]
+    broken = httpx.post(
+        server.url + "/translate",
+        content=b"--x\r\nnot a part",
+        headers={"content-type": "multipart/form-data; boundary=x"},
+    )
+    assert broken.status_code == 400 and "error" in broken.json()
+
+
 def test_nmt_requests_name_their_pair_when_several_are_served(
     server: Server, offline: dict[str, Translator]
 ) -> None:
