@@ -23,7 +23,7 @@ from nmt_cli.config import EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, R
 from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import resolve
-from nmt_cli.decoding.translator import Translator, load_translator
+from nmt_cli.decoding.translator import load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.figures import new_figure, require_matplotlib, save_figure
@@ -76,12 +76,6 @@ def attention_figure(weights: np.ndarray, src_pieces: list[str], tgt_pieces: lis
     return figure
 
 
-def _source_ids(translator: Translator, line: str) -> list[int]:
-    """The source pieces exactly as Translator.translate encodes them (truncated alike)."""
-    pieces = translator.src_spm.encode(line.strip()) if line.strip() else []
-    return list(pieces[: translator.max_source])
-
-
 def run(
     model: Path,
     input_path: Path | None,
@@ -111,8 +105,8 @@ def run(
     net = translator.ensemble.models[0]
     layer_index, head_index = check_choice(net.cfg, layer, head)
     source = input_path if input_path is not None else sys.stdin.buffer
-    lines = read_lines(source, str(input_path or "stdin"), errors="replace")
-    sources = [_source_ids(translator, line.replace("\x00", " ")) for line in lines]
+    lines = read_lines(source, str(input_path or "stdin"), errors="replace", nul=" ")  # as translate reads
+    sources = [translator.source_ids(line).tolist() for line in lines]
     todo = [i for i, ids in enumerate(sources) if ids]
     with autocast(dev, "fp32"):
         found = translate_sentences(
@@ -146,3 +140,8 @@ def run(
             warnings.simplefilter("ignore", UserWarning)  # glyphs the font lacks (CJK, emoji)
             save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{fmt}", "--out-dir")
     reporter.info(f"wrote {len(best)} picture{'s' * (len(best) != 1)} ({what}) to {out_dir}")
+    if translator.truncated:
+        reporter.warn(
+            f"{translator.truncated} input lines were longer than the model's {translator.max_source} "
+            "pieces and were truncated"
+        )

@@ -42,8 +42,13 @@ def one_line(text: str) -> str:
     return text.translate(_ONE_LINE)
 
 
-def decode_line(raw: bytes, name: str, lineno: int, errors: str = "strict", hint: str = "") -> str:
-    """One raw line (with or without its b"\\n") as text, checked; `lineno` counts from 1."""
+def decode_line(
+    raw: bytes, name: str, lineno: int, errors: str = "strict", hint: str = "", nul: str | None = None
+) -> str:
+    """One raw line (with or without its b"\\n") as text, checked; `lineno` counts from 1. `nul`:
+    what a NUL byte becomes (translation maps it to a space), instead of an error."""
+    if nul is not None:
+        raw = raw.replace(b"\x00", nul.encode())
     if raw.endswith(b"\n"):
         raw = raw[:-1]
     if raw.endswith(b"\r"):
@@ -67,7 +72,7 @@ def decode_line(raw: bytes, name: str, lineno: int, errors: str = "strict", hint
 
 
 def iter_lines(
-    source: Path | str | BinaryIO, name: str, errors: str = "strict", hint: str = ""
+    source: Path | str | BinaryIO, name: str, errors: str = "strict", hint: str = "", nul: str | None = None
 ) -> Iterator[str]:
     """Yield the lines of a file path or a binary stream (e.g. sys.stdin.buffer) without
     their line endings.
@@ -80,17 +85,19 @@ def iter_lines(
         path = Path(source)
         check_readable(path, name)
         with path.open("rb") as stream:
-            yield from iter_lines(stream, name, errors, hint)
+            yield from iter_lines(stream, name, errors, hint, nul)
         return
     lineno = 0
     for raw in iter(source.readline, b""):
         lineno += 1
-        yield decode_line(raw, name, lineno, errors, hint)
+        yield decode_line(raw, name, lineno, errors, hint, nul)
 
 
-def read_lines(source: Path | str | BinaryIO, name: str, errors: str = "strict") -> list[str]:
+def read_lines(
+    source: Path | str | BinaryIO, name: str, errors: str = "strict", nul: str | None = None
+) -> list[str]:
     """All lines at once: for small files such as references and hypotheses."""
-    return list(iter_lines(source, name, errors))
+    return list(iter_lines(source, name, errors, nul=nul))
 
 
 def count_lines(path: Path, name: str | None = None) -> int:

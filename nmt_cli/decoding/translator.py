@@ -232,16 +232,19 @@ class Translator:
         before = self.truncated
         return self._translate(lines, settings), self.truncated - before
 
+    def source_ids(self, line: str) -> np.ndarray:
+        """The source pieces of `line` as decoding takes them: cut to the model's positions
+        (counted in `truncated`); none for a blank line."""
+        # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
+        line = line.encode("utf-8", "replace").decode("utf-8")
+        pieces = self.src_spm.encode(line.strip()) if line.strip() else []
+        if len(pieces) > self.max_source:
+            pieces = pieces[: self.max_source]
+            self.truncated += 1
+        return np.asarray(pieces, dtype=np.int64)
+
     def _translate(self, lines: list[str], settings: DecodeSettings) -> list[Hypotheses]:
-        ids = []
-        for line in lines:
-            # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
-            line = line.encode("utf-8", "replace").decode("utf-8")
-            pieces = self.src_spm.encode(line.strip()) if line.strip() else []
-            if len(pieces) > self.max_source:
-                pieces = pieces[: self.max_source]
-                self.truncated += 1
-            ids.append(np.asarray(pieces, dtype=np.int64))
+        ids = [self.source_ids(line) for line in lines]
         todo = [i for i, x in enumerate(ids) if len(x)]
         results: list[Hypotheses] = [_padded([("", 0.0)], settings.nbest) for _ in lines]
         hyps = translate_sentences(

@@ -258,3 +258,21 @@ def test_damaged_lines_are_left_out_and_the_figure_is_drawn(tmp_path: Path) -> N
     out = tmp_path / "curves.png"
     assert nmt("-q", "plot", run_dir, "-o", out) == 0 and out.stat().st_size > 0
     assert nmt("-q", "plot", run_dir, "--terminal") == 0
+
+
+def test_attend_reads_a_nul_and_an_over_long_line_as_translate_does(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    source = tmp_path / "in.txt"
+    long = " ".join(["apple river"] * 100)  # more pieces than the tiny model's 63 positions
+    source.write_bytes(b"apple\x00river\n" + long.encode() + b"\n")
+    translated = tmp_path / "out.txt"
+    assert nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", translated, "--threads", 1) == 0
+    warned = capsys.readouterr().err
+    assert "1 input lines were longer" in warned
+    args = ["-m", trained.checkpoint, "-i", source, "--out-dir", tmp_path / "maps", "--threads", 1]
+    assert nmt("attend", *args) == 0
+    captured = capsys.readouterr()
+    assert captured.out == translated.read_text(encoding="utf-8")
+    assert "1 input lines were longer" in captured.err
