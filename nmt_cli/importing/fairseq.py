@@ -80,7 +80,7 @@ def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
         }
     cfg = _config(args, path, len(src.pieces), len(tgt.pieces), src_dict == tgt_dict)
     cfg.output_bias = bool(tgt.never)
-    weights = _weights(state["model"], cfg, src, tgt, path)
+    weights = _weights(_upgraded(state["model"]), cfg, src, tgt, path)
     # fairseq-interactive's defaults: beam 5, score / |Y|^1 with |Y| counting </s>, 200 tokens.
     decode = DecodeConfig(beam=5, lenpen=1.0, lenpen_style="fairseq", max_len_a=0.0, max_len_b=200, min_len=1)
     origin = {"toolkit": "fairseq", "path": str(path.resolve()), "arch": str(args.get("arch", ""))}
@@ -229,7 +229,10 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
         raise InputError(f"{path}: activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
     share_all = bool(arg("share_all_embeddings", False))
     shared_out = share_all or bool(arg("share_decoder_input_output_embed", False))
-    positions = max(int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))
+    sides = (int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))
+    # nmt holds one max_positions: learned tables are cut to the shorter (each has at least that
+    # many rows); sinusoidal ones are computed for the longer.
+    positions = min(sides) if learned else max(sides)
     return ModelConfig(
         encoder_layers=int(arg("encoder_layers", 6)),
         decoder_layers=int(arg("decoder_layers", 6)),
@@ -252,6 +255,34 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
         scale_embeddings=not bool(arg("no_scale_embedding", False)),
         decoder_start="eos",
     )
+
+
+# Layer norms by position in the layouts before fairseq 0.9, which fairseq still loads.
+_OLD_NORMS = {
+    "encoder": ("self_attn_layer_norm", "final_layer_norm"),
+    "decoder": ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"),
+}
+
+
+def _upgraded(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict in fairseq 0.12's names, as fairseq's own upgrade makes it from the layout
+    before 0.9: attention's stacked `in_proj_weight`/`in_proj_bias` split into q, k and v, and a
+    layer's `layer_norms.N` named by their position."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in theirs.items():
+        head, _, last = name.rpartition(".")
+        if last in ("in_proj_weight", "in_proj_bias") and tensor.shape[0] % 3 == 0:
+            kind = "weight" if last == "in_proj_weight" else "bias"
+            for part, piece in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3), strict=True):
+                out[f"{head}.{part}.{kind}"] = piece
+            continue
+        parts = name.split(".")
+        if len(parts) == 6 and parts[0] in _OLD_NORMS and parts[3] == "layer_norms" and parts[4].isdigit():
+            names = _OLD_NORMS[parts[0]]
+            if int(parts[4]) < len(names):
+                name = ".".join([*parts[:3], names[int(parts[4])], parts[5]])
+        out[name] = tensor
+    return out
 
 
 def _weights(

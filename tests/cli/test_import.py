@@ -310,3 +310,63 @@ def test_a_fairseq_run_that_names_no_languages_imports_with_src_and_tgt(
     # A model that names its languages keeps them: --src/--tgt may only agree.
     assert nmt("import", FAIRSEQ / "checkpoint.pt", "-o", out, "--src", "de", "--tgt", "en") == 2
     assert "translates en-de" in one_line_error(capsys)
+
+
+def test_the_layout_before_fairseq_0_9_imports_and_translates_as_fairseq(tmp_path: Path) -> None:
+    """Older published checkpoints stack attention's projections (`in_proj_weight`) and number a
+    layer's norms (`layer_norms.N`); fairseq 0.12 still loads them. The fixture written in that
+    layout must give fairseq's own translations."""
+    import argparse
+
+    source = tmp_path / "old"
+    shutil.copytree(FAIRSEQ, source)
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        state = torch.load(source / "checkpoint.pt", weights_only=True)
+    new, old = state["model"], {}
+    norms = {"encoder": ("self_attn_layer_norm", "final_layer_norm"),
+             "decoder": ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")}  # fmt: skip
+    for name, tensor in new.items():
+        parts = name.split(".")
+        if parts[-2] in ("q_proj", "k_proj", "v_proj"):
+            if parts[-2] == "q_proj":
+                base = ".".join(parts[:-2])
+                stacked = [new[f"{base}.{p}.{parts[-1]}"] for p in ("q_proj", "k_proj", "v_proj")]
+                old[f"{base}.in_proj_{parts[-1]}"] = torch.cat(stacked)
+            continue
+        if len(parts) == 5 and parts[1] == "layers" and parts[3] in norms[parts[0]]:
+            name = ".".join([*parts[:3], "layer_norms", str(norms[parts[0]].index(parts[3])), parts[4]])
+        old[name] = tensor
+    assert any(".in_proj_weight" in name for name in old) and any(".layer_norms.2." in name for name in old)
+    state["model"] = old
+    torch.save(state, source / "checkpoint.pt")
+    out = tmp_path / "old.pt"
+    assert nmt("-q", "import", source / "checkpoint.pt", "-o", out) == 0
+    ours = Translator.load(out, device="cpu", precision="fp32", threads=1).translate(
+        lines(FAIRSEQ / "input.en"), beam=1
+    )
+    assert ours == lines(FAIRSEQ / "fairseq.beam1.de")
+
+
+def test_learned_positions_of_unequal_lengths_are_cut_to_the_shorter(tmp_path: Path) -> None:
+    import argparse
+
+    source = tmp_path / "learned"
+    shutil.copytree(FAIRSEQ, source)
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        state = torch.load(source / "checkpoint.pt", weights_only=True)
+    args = state["cfg"]["model"]
+    args.encoder_learned_pos = args.decoder_learned_pos = True
+    args.max_source_positions, args.max_target_positions = 300, 200
+    d = state["model"]["encoder.embed_tokens.weight"].shape[1]
+    gen = torch.Generator().manual_seed(0)
+    state["model"]["encoder.embed_positions.weight"] = torch.randn(302, d, generator=gen) * 0.01
+    state["model"]["decoder.embed_positions.weight"] = torch.randn(202, d, generator=gen) * 0.01
+    torch.save(state, source / "checkpoint.pt")
+    out = tmp_path / "learned.pt"
+    assert nmt("-q", "import", source / "checkpoint.pt", "-o", out) == 0
+    ckpt = checkpoint.load(out)
+    assert ckpt.run_config(out).model.max_positions == 200
+    torch.testing.assert_close(
+        ckpt.model["src_embed.positions.weight"], state["model"]["encoder.embed_positions.weight"][2:202]
+    )
+    assert Translator.load(out, device="cpu", precision="fp32", threads=1).translate(["a dog runs ."])[0]
