@@ -233,8 +233,10 @@ def _check_lengths(split: str, pairs: corpus.ParallelSplit, max_positions: int, 
         if len(lengths) and int(lengths.max()) + 1 > max_positions:
             line, longest = int(lengths.argmax()) + 1, int(lengths.max())
             fix = f"prepare it with --max-len {max_positions - 1}" if split == "train" else "shorten it"
+            # Lengths are held in uint16, capped at corpus.MAX_LENGTH: a longer sentence shows as that.
+            count = f"at least {longest:,}" if longest >= corpus.MAX_LENGTH else f"{longest:,}"
             raise InputError(
-                f"--data {data}: {split} sentence {line:,} has {longest:,} pieces, more than the "
+                f"--data {data}: {split} sentence {line:,} has {count} pieces, more than the "
                 f"{max_positions - 1:,} that model.max_positions = {max_positions} holds with EOS; raise "
                 f"model.max_positions or {fix}"
             )

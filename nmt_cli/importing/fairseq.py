@@ -66,8 +66,8 @@ def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
             )
     spm_bytes, codes = _tokenization(folder, path)
     if codes is None:
-        src, tgt = renumber(src_dict, SPECIALS, [spm_bytes]), renumber(tgt_dict, SPECIALS, [spm_bytes])
         what = f"{folder} sentencepiece model"
+        src, tgt = (renumber(d, SPECIALS, [spm_bytes], [what]) for d in (src_dict, tgt_dict))
         spm = {
             "src": renumbered_model(spm_bytes, src.pieces, what),
             "tgt": renumbered_model(spm_bytes, tgt.pieces, what),

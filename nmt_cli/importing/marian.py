@@ -55,11 +55,12 @@ def read(folder: Path) -> Imported:
         if piece not in src_ids or piece not in tgt_ids:
             raise InputError(f"{folder}: the vocabulary has no {piece} ({name})")
     source_spm, target_spm = _read(folder / "source.spm"), _read(folder / "target.spm")
+    names = [str(folder / "source.spm"), str(folder / "target.spm")]
     if separate:
-        src = renumber(src_ids, specials, [source_spm])
-        tgt = renumber(tgt_ids, specials, [target_spm])
+        src = renumber(src_ids, specials, [source_spm], names[:1])
+        tgt = renumber(tgt_ids, specials, [target_spm], names[1:])
     else:  # one table for both sides: each model's pieces are in it
-        src = tgt = renumber(src_ids, specials, [source_spm, target_spm])
+        src = tgt = renumber(src_ids, specials, [source_spm, target_spm], names)
     cfg = _config(config, folder, src, tgt, separate, tgt_ids.index(specials["<pad>"]))
     weights = _weights(_tensors(folder), cfg, config, src, tgt, folder)
     spm = {

@@ -59,12 +59,17 @@ class Renumbering:
         return out
 
 
-def renumber(toolkit_pieces: list[str], specials: dict[str, str], spm_models: list[bytes]) -> Renumbering:
+def renumber(
+    toolkit_pieces: list[str],
+    specials: dict[str, str],
+    spm_models: list[bytes],
+    names: list[str] | None = None,
+) -> Renumbering:
     """`toolkit_pieces` (the toolkit's pieces by its ids) in nmt's order. `specials` names the
     toolkit's piece for each of nmt's SPECIALS it has (e.g. {"<pad>": "<pad>", "</s>": "</s>"}).
     The pieces of `spm_models` that the toolkit lacks stay in the vocabulary: sentencepiece's BPE
     needs them to merge through, and a word that ends as one of them reads as <unk>, as in the
-    toolkit."""
+    toolkit. `names`: the models' files, for errors."""
     index = {piece: i for i, piece in enumerate(toolkit_pieces)}
     if len(index) != len(toolkit_pieces):
         raise InputError("the imported dictionary lists a piece twice; it cannot be an id table")
@@ -74,8 +79,8 @@ def renumber(toolkit_pieces: list[str], specials: dict[str, str], spm_models: li
     pieces = list(SPECIALS) + [toolkit_pieces[i] for i in rest]
     known = set(pieces)
     extra: list[str] = []
-    for model in spm_models:
-        for piece in _normal_pieces(model):
+    for model, name in zip(spm_models, names or ["a sentencepiece model"] * len(spm_models), strict=True):
+        for piece in _normal_pieces(model, name):
             if piece not in known:
                 known.add(piece)
                 extra.append(piece)
@@ -118,8 +123,8 @@ def renumbered_model(model: bytes, pieces: list[str], what: str) -> bytes:
 _KEPT = (1, 4, 6)
 
 
-def _normal_pieces(model: bytes) -> list[str]:
-    return [entry.piece for entry in _parse(model, "a sentencepiece model").pieces if entry.type in _KEPT]
+def _normal_pieces(model: bytes, what: str) -> list[str]:
+    return [entry.piece for entry in _parse(model, what).pieces if entry.type in _KEPT]
 
 
 def _protobuf() -> Any:

@@ -224,6 +224,7 @@ def test_an_imported_marian_model_fine_tunes_and_exports_to_ctranslate2(tmp_path
         ("vocabulary longer than the rows", "embedding has"),
         ("200 beams", "decode.beam"),
         ("negative length penalty", "decode.lenpen"),
+        ("broken target.spm", "target.spm: not a sentencepiece model"),
     ],
 )
 def test_a_marian_model_nmt_cannot_run_is_refused_at_import(
@@ -236,6 +237,8 @@ def test_a_marian_model_nmt_cannot_run_is_refused_at_import(
         vocab["<extra>"] = 10**12
     elif fault == "vocabulary longer than the rows":
         vocab |= {f"extra{i}": len(vocab) + i for i in range(5)}
+    elif fault == "broken target.spm":
+        (folder / "target.spm").write_bytes(b"\x0a\xff not a model")
     elif fault == "200 beams":
         config["num_beams"] = 200
     else:
