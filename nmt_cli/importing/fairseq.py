@@ -68,9 +68,9 @@ def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
     if codes is None:
         what = f"{folder} sentencepiece model"
         src, tgt = (renumber(d, SPECIALS, [spm_bytes], [what]) for d in (src_dict, tgt_dict))
-        spm = {
-            "src": renumbered_model(spm_bytes, src.pieces, what),
-            "tgt": renumbered_model(spm_bytes, tgt.pieces, what),
+        spm = {  # fairseq writes an unknown piece as its dictionary's <unk>
+            "src": renumbered_model(spm_bytes, src.pieces, what, "<unk>"),
+            "tgt": renumbered_model(spm_bytes, tgt.pieces, what, "<unk>"),
         }
     else:  # Moses and subword-nmt: the pieces are the dictionary's, the rest reads as <unk>
         src, tgt = renumber(src_dict, SPECIALS, []), renumber(tgt_dict, SPECIALS, [])

@@ -64,8 +64,9 @@ def read(folder: Path) -> Imported:
     cfg = _config(config, folder, src, tgt, separate, tgt_ids.index(specials["<pad>"]))
     weights = _weights(_tensors(folder), cfg, config, src, tgt, folder)
     spm = {
-        "src": renumbered_model(source_spm, src.pieces, f"{folder / 'source.spm'}"),
-        "tgt": renumbered_model(target_spm, tgt.pieces, f"{folder / 'target.spm'}"),
+        # generate's output decoded with skip_special_tokens, as OPUS-MT is used: <unk> is dropped.
+        "src": renumbered_model(source_spm, src.pieces, f"{folder / 'source.spm'}", ""),
+        "tgt": renumbered_model(target_spm, tgt.pieces, f"{folder / 'target.spm'}", ""),
     }
     generation = (
         _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}

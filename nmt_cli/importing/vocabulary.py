@@ -90,10 +90,12 @@ def renumber(
     return Renumbering(pieces + extra, rows + list(rest) + [unk] * len(extra), never)
 
 
-def renumbered_model(model: bytes, pieces: list[str], what: str) -> bytes:
+def renumbered_model(model: bytes, pieces: list[str], what: str, unk_surface: str | None = None) -> bytes:
     """A copy of the sentencepiece `model` whose pieces are `pieces` (ids in that order, starting
     with SPECIALS, holding every piece of the model). A piece the model lacks (fairseq's padding
-    words, the other language's pieces of a joint table) is kept as unused: never produced."""
+    words, the other language's pieces of a joint table) is kept as unused: never produced.
+    `unk_surface`: how an <unk> reads in a translation, as the toolkit writes it (sentencepiece's
+    own " \u2047 " otherwise)."""
     pb = _protobuf()
     proto = _parse(model, what)
     known = {entry.piece: entry for entry in proto.pieces}
@@ -116,6 +118,8 @@ def renumbered_model(model: bytes, pieces: list[str], what: str) -> bytes:
     spec.vocab_size = len(pieces)
     spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = 0, 1, 2, 3
     spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = SPECIALS
+    if unk_surface is not None:
+        spec.unk_surface = unk_surface
     return bytes(out.SerializeToString())
 
 

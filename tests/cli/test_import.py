@@ -370,3 +370,10 @@ def test_learned_positions_of_unequal_lengths_are_cut_to_the_shorter(tmp_path: P
         ckpt.model["src_embed.positions.weight"], state["model"]["encoder.embed_positions.weight"][2:202]
     )
     assert Translator.load(out, device="cpu", precision="fp32", threads=1).translate(["a dog runs ."])[0]
+
+
+def test_an_unknown_piece_reads_as_fairseq_writes_it(translator: Translator) -> None:
+    from nmt_cli.config import UNK_ID
+
+    hello = translator.tgt_spm.encode("Hallo")
+    assert translator.tgt_spm.decode([*hello, UNK_ID]) == "Hallo<unk>"  # fairseq's "<unk>", not " ⁇ "

@@ -268,3 +268,20 @@ def test_settings_config_json_leaves_out_take_marian_configs_defaults(tmp_path: 
     lines = sentences(40, seed=9)
     limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}
     assert translator.translate(lines, beam=1, **limits) == generate(folder, lines, beams=1)
+
+
+def test_an_unknown_piece_reads_as_transformers_decodes_it(tmp_path: Path) -> None:
+    from nmt_cli.config import UNK_ID
+
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    text = "APPLE RIVER"
+    theirs = tokenizer(text_target=text)["input_ids"][:-1]  # the target side's ids, without </s>
+    ours = translator.tgt_spm.encode(text)
+    for at in (0, 1, len(ours)):
+        mine = ours[:at] + [UNK_ID] + ours[at:]
+        their = theirs[:at] + [tokenizer.unk_token_id] + theirs[at:]
+        assert translator.tgt_spm.decode(mine) == tokenizer.decode(their, skip_special_tokens=True)
