@@ -195,7 +195,8 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
     def arg(name: str, default: Any = None) -> Any:
         return args.get(name, default)
 
-    # Options that change the architecture, off (None, False or 0) in the models nmt can hold.
+    # Options that change the architecture, off (None, False or 0) in the models nmt can hold;
+    # layers_to_keep prunes a LayerDrop model at load, which the import does not do.
     refused = (
         "adaptive_softmax_cutoff",
         "adaptive_input",
@@ -203,30 +204,37 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
         "no_token_positional_embeddings",
         "cross_self_attention",
         "no_cross_attention",
+        "encoder_layers_to_keep",
+        "decoder_layers_to_keep",
     )
-    for name in refused:
-        if arg(name) not in (None, False, 0, ""):
-            raise InputError(f"{path}: fairseq's {name} = {arg(name)!r} has no counterpart in nmt's model")
+    # Every setting nmt cannot hold, in one message (as CTranslate2's converters report them).
+    problems = [
+        f"fairseq's {name} = {arg(name)!r} has no counterpart in nmt's model"
+        for name in refused
+        if arg(name) not in (None, False, 0, "")
+    ]
     d = int(arg("encoder_embed_dim", 512))
     for name in ("decoder_embed_dim", "decoder_output_dim", "decoder_input_dim"):
         if int(arg(name, d)) != d:
-            raise InputError(f"{path}: {name} = {arg(name)} differs from encoder_embed_dim = {d}")
+            problems.append(f"{name} = {arg(name)} differs from encoder_embed_dim = {d}")
     if int(arg("encoder_ffn_embed_dim", 2048)) != int(arg("decoder_ffn_embed_dim", 2048)):
-        raise InputError(f"{path}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
+        problems.append("encoder and decoder feed-forward widths differ; nmt has one d_ff")
     heads = int(arg("encoder_attention_heads", 8))
     if int(arg("decoder_attention_heads", heads)) != heads:
-        raise InputError(f"{path}: encoder and decoder attention heads differ; nmt has one head count")
-    if heads < 1 or d % heads:
-        raise InputError(f"{path}: {heads} attention heads do not divide encoder_embed_dim = {d}")
+        problems.append("encoder and decoder attention heads differ; nmt has one head count")
+    elif heads < 1 or d % heads:
+        problems.append(f"{heads} attention heads do not divide encoder_embed_dim = {d}")
     pre = bool(arg("encoder_normalize_before", False))
     if bool(arg("decoder_normalize_before", False)) != pre:
-        raise InputError(f"{path}: only one of the stacks is pre-norm; nmt has one model.norm")
+        problems.append("only one of the stacks is pre-norm; nmt has one model.norm")
     learned = bool(arg("encoder_learned_pos", False))
     if bool(arg("decoder_learned_pos", False)) != learned:
-        raise InputError(f"{path}: only one side has learned positions; nmt has one model.positions")
+        problems.append("only one side has learned positions; nmt has one model.positions")
     activation = str(arg("activation_fn", "relu"))
     if activation not in ACTIVATIONS:
-        raise InputError(f"{path}: activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
+        problems.append(f"activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
+    if problems:
+        raise InputError(f"{path}: " + "; ".join(problems))
     share_all = bool(arg("share_all_embeddings", False))
     shared_out = share_all or bool(arg("share_decoder_input_output_embed", False))
     sides = (int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))

@@ -147,29 +147,28 @@ def _config(
         return config.get(name, default)
 
     where = folder / "config.json"
+    problems = []  # every setting nmt cannot hold, in one message (as CTranslate2's converters)
     heads = int(get("encoder_attention_heads", 16))
     d = int(get("d_model", 1024))
     if int(get("decoder_attention_heads", 16)) != heads:
-        raise InputError(f"{where}: encoder and decoder attention heads differ; nmt has one head count")
-    if heads < 1 or d % heads:
-        raise InputError(f"{where}: {heads} attention heads do not divide d_model = {d}")
+        problems.append("encoder and decoder attention heads differ; nmt has one head count")
+    elif heads < 1 or d % heads:
+        problems.append(f"{heads} attention heads do not divide d_model = {d}")
     if int(get("encoder_ffn_dim", 4096)) != int(get("decoder_ffn_dim", 4096)):
-        raise InputError(f"{where}: encoder and decoder feed-forward widths differ; nmt has one d_ff")
+        problems.append("encoder and decoder feed-forward widths differ; nmt has one d_ff")
     activation = ACTIVATIONS.get(str(get("activation_function", "gelu")))
     if activation is None:
-        raise InputError(
-            f"{where}: activation_function {get('activation_function', '')!r}: nmt has swish, gelu, relu"
-        )
+        problems.append(f"activation_function {get('activation_function', '')!r}: nmt has swish, gelu, relu")
     if (
         get("normalize_before", False)
         or get("add_final_layer_norm", False)
         or get("normalize_embedding", False)
     ):
-        raise InputError(f"{where}: pre-norm or extra layer norms; nmt imports Marian's post-norm models")
+        problems.append("pre-norm or extra layer norms; nmt imports Marian's post-norm models")
     if int(get("decoder_start_token_id", pad)) != pad:
-        raise InputError(
-            f"{where}: decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>"
-        )
+        problems.append("decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>")
+    if problems or activation is None:
+        raise InputError(f"{where}: " + "; ".join(problems))
     return ModelConfig(
         encoder_layers=int(get("encoder_layers", 12)),
         decoder_layers=int(get("decoder_layers", 12)),

@@ -234,6 +234,10 @@ def _broken_fairseq(tmp_path: Path, fault: str) -> Path:
             model["encoder.layers.0.fc1.weight"][0, 0] = float("nan")
         elif fault == "truncated tensor":
             model["decoder.layers.0.fc2.weight"] = model["decoder.layers.0.fc2.weight"][:, :7]
+        elif fault == "several settings":  # all of them in one message, as CTranslate2's converters say
+            args = state["cfg"]["model"]
+            args.layernorm_embedding, args.decoder_ffn_embed_dim = True, 4 * args.decoder_ffn_embed_dim
+            args.encoder_layers_to_keep, args.activation_fn = "0", "tanh"
         elif fault == "multilingual":
             state["cfg"]["task"].update(_name="translation_multi_simple_epoch", encoder_langtok="src")
         elif fault == "zero heads":  # fairseq 0.12 keeps the model's settings as a Namespace
@@ -252,6 +256,12 @@ def _broken_fairseq(tmp_path: Path, fault: str) -> Path:
         ("truncated tensor", "cannot import"),
         ("zero heads", "0 attention heads do not divide"),
         ("multilingual", "a multilingual fairseq model"),
+        (
+            "several settings",
+            "layernorm_embedding = True has no counterpart in nmt's model; fairseq's encoder_layers_to_keep "
+            "= '0' has no counterpart in nmt's model; encoder and decoder feed-forward widths differ; nmt "
+            "has one d_ff; activation_fn = 'tanh'",
+        ),
     ],
 )
 def test_a_foreign_model_whose_files_disagree_is_refused_in_one_line(
