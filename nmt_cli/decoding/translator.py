@@ -208,6 +208,11 @@ class Translator:
         """Decoding processes alive now (1 when decoding in this process)."""
         return self._pool.alive() if self._pool is not None else 1
 
+    def heal_workers(self) -> bool:
+        """Replace dead decoding processes now rather than at the next call (a server between
+        requests); whether any were replaced."""
+        return self._pool.heal() if self._pool is not None else False
+
     def start_workers(self, workers: int, close_fds: Sequence[int] = ()) -> None:
         """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
         `nmt translate --workers` counts them). Call it before starting threads of your own: the

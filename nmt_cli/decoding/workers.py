@@ -120,6 +120,15 @@ class WorkerPool:
         self._executor = self._start()
         self.restarts += 1
 
+    def heal(self) -> bool:
+        """Replace the pool now if a worker has died (a pool with a dead worker is broken: it
+        would fail the next call), rather than at the next call; whether it was replaced."""
+        with self._lock:
+            if self.alive() == self.workers:
+                return False
+            self._restart()
+            return True
+
     def alive(self) -> int:
         """Worker processes alive now (a dead one is replaced at the next call)."""
         processes = getattr(self._executor, "_processes", None) or {}  # None once broken

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 EXTRA = "pip install 'nmt-cli[serve]'"
 RETRY_AFTER_S = 1
+WORKER_CHECK_S = 1.0  # how often the decoding processes of each pair are checked
 ROUTES = ("/", "/translate", "/languages", "/health", "/info", "/metrics")
 log = logging.getLogger("nmt_cli.serving")
 
@@ -101,7 +102,9 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         for s in served:
             s.batcher.start()
+        watch = asyncio.create_task(_keep_workers(served))
         yield
+        watch.cancel()
         # uvicorn has finished every open request by now; this decodes anything still queued.
         for s in served:
             await asyncio.to_thread(s.batcher.close)
@@ -301,6 +304,17 @@ class CountRequests:
         finally:
             path = scope.get("path", "")
             self.metrics.answered(path if path in ROUTES else "other", status, time.perf_counter() - start)
+
+
+async def _keep_workers(served: "list[Served]") -> None:
+    """Replace a pair's dead decoding processes within WORKER_CHECK_S, also while no request
+    comes (the next request would otherwise find none, and /metrics shows 0 until then)."""
+    while True:
+        await asyncio.sleep(WORKER_CHECK_S)
+        for s in served:
+            if s.translator.workers_alive() < s.translator.workers:
+                if await asyncio.to_thread(s.translator.heal_workers):
+                    log.warning(f"{s.name}: a decoding worker died; the workers were started afresh")
 
 
 async def _multipart(request: "Request", body: bytes) -> dict[str, Any]:

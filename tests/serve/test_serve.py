@@ -470,3 +470,22 @@ def test_a_json_body_sent_as_a_form_is_read_as_json(server: Server, offline: Tra
     assert [[h["text"] for h in line] for line in response.json()["translations"]] == [
         [text for text, _ in line] for line in expected
     ]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_worker_that_dies_idle_is_replaced_before_any_request(trained: TrainedRun) -> None:
+    with running_server(trained.checkpoint, "--workers", 2) as server:
+        workers = children(server.process.pid)
+        assert len(workers) == 2
+        os.kill(min(workers), signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while True:  # no request meanwhile: /metrics is read, and it decodes nothing
+            metrics = server.get("/metrics").text
+            alive = [line for line in metrics.splitlines() if line.startswith("nmt_workers_alive{")]
+            fresh = children(server.process.pid)
+            if alive and alive[0].endswith(" 2.0") and len(fresh) == 2 and not fresh & workers:
+                break
+            assert time.monotonic() < deadline, f"the dead worker was not replaced: {alive}, {fresh}"
+            time.sleep(0.2)
+        assert server.stats()["requests"] == 0
+        assert "a decoding worker died" in server.text()
