@@ -247,6 +247,11 @@ class DecodeConfig:
     shortlist: bool = False
     """Score each batch over its vocabulary shortlist (`nmt shortlist` stores one in a checkpoint)
     instead of the whole target vocabulary."""
+    early_stopping: bool = True
+    """Beam search ends a sentence once `beam` hypotheses have finished (fairseq, Marian). False:
+    it goes on while the best running hypothesis, scored at its current length, could still beat
+    the worst finished one, which it then replaces (transformers' generate with early_stopping
+    unset, as OPUS-MT models are run)."""
 
     def validate(self, where: str) -> None:
         for item in dataclasses.fields(self):

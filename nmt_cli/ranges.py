@@ -60,6 +60,7 @@ SETTINGS: dict[str, Range | Flag | tuple[str, ...]] = {
     "max_len_b": Range(int, 0, 100_000),
     "min_len": Range(int, 0, 100_000),
     "shortlist": Flag(),
+    "early_stopping": Flag(),
     "batch_tokens": Range(int, 1, 1_000_000),
     "sampling": ("topk", "topp"),
     "topk": Range(int, 0, 1_000_000),

@@ -8,6 +8,7 @@ Each buffer's output is written and flushed before the next buffer is read.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -70,8 +71,9 @@ def run(
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
     translate = functools.partial(translator.translate_with, settings=settings)
+    emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
-        _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest
+        _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest, emptied=emptied
     )
     try:
         if output_path is None or destination is None:
@@ -84,6 +86,11 @@ def run(
         translator.close()
         if input_path is not None:
             source.close()
+    if emptied["lines"]:
+        reporter.warn(
+            f"{emptied['lines']} non-empty input lines got an empty translation; a model that leaves "
+            "text untranslated may be damaged (NaN or infinite weights) or not trained for such input"
+        )
     if translator.truncated:
         reporter.warn(
             f"{translator.truncated} input lines were longer than the model's "
@@ -179,14 +186,18 @@ def _translate_stream(
     *,
     buffer_size: int,
     nbest: int,
+    emptied: collections.Counter[str] | None = None,
 ) -> None:
     """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
-    of input lines done so far. A buffer's output goes out in one write, so that a process killed
-    while it translates (where nearly all the time goes) leaves only complete lines behind."""
+    of input lines done so far; `emptied["lines"]` counts the non-empty lines translated to
+    nothing. A buffer's output goes out in one write, so that a process killed while it translates
+    (where nearly all the time goes) leaves only complete lines behind."""
     number = 0
     for lines in _buffers(source, name, buffer_size):
         chunk = []
-        for hyps in translate(lines):
+        for line, hyps in zip(lines, translate(lines), strict=True):
+            if emptied is not None and line.strip() and not hyps[0][0]:
+                emptied["lines"] += 1
             if nbest == 1:
                 chunk.append(hyps[0][0] + "\n")
             else:

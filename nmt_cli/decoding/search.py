@@ -165,11 +165,12 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, cols.gather(1, at)
 
 
-def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int) -> None:
-    """At step t (0-based): rows at their maximum length may only end (EOS); below min_len,
-    rows may not end yet. `limit` holds each row's maximum length, EOS included."""
+def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int, force_eos: bool = True) -> None:
+    """At step t (0-based): rows at their maximum length may only end (EOS; unless not
+    `force_eos`: then their last piece is any, as transformers' generate stops at max_length);
+    below min_len, rows may not end yet. `limit` holds each row's maximum length, EOS included."""
     forced = t + 1 >= limit
-    rows = forced.nonzero()[:, 0]
+    rows = forced.nonzero()[:, 0] if force_eos else forced.new_zeros(0, dtype=torch.long)
     if rows.numel():  # by row index: a boolean-mask write would pass over every row's vocabulary
         log_probs[rows, :EOS_ID] = float("-inf")
         log_probs[rows, EOS_ID + 1 :] = float("-inf")
@@ -236,7 +237,9 @@ def beam_search(
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
     hypothesis (scored with the length penalty); the first K others continue. A sentence
-    is done when K hypotheses have finished or it reaches its maximum length. The first step
+    is done when K hypotheses have finished (without `cfg.early_stopping`: once the best running
+    one, scored at its length, cannot beat the worst of the K best finished) or it reaches its
+    maximum length. The first step
     decodes one row per sentence (its K hypotheses would all be the same), which then becomes K.
     """
     n, k, device = src.shape[0], cfg.beam, src.device
@@ -255,7 +258,7 @@ def beam_search(
     for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch)  # (A*R, V), R rows per sentence
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
-        _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len)
+        _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len, cfg.early_stopping)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if r * width < 2 * k:  # a vocabulary smaller than 2K (tests): impossible candidates fill up
@@ -264,8 +267,17 @@ def beam_search(
         top_beam, top_tok = (top_idx // width).clamp_(max=r - 1), top_idx % width
         is_eos = top_tok == EOS_ID
 
-        # Finish: EOS candidates ranked within the first K, into the sentence's free slots.
+        # Finish: EOS candidates ranked within the first K, into the sentence's free slots (without
+        # early stopping, in place of worse finished ones too: the best K are kept).
         finish = is_eos & top_scores.isfinite() & (rank < k)
+        if not cfg.early_stopping:
+            # At the length limit every candidate of the first K ends, whatever its last piece.
+            at_limit = (t + 1 >= limit[active]).unsqueeze(1)
+            ending = (is_eos | at_limit) & top_scores.isfinite() & (rank < k)
+            _keep_best_finished(
+                ending, top_scores, top_beam, top_tok, history, active, t, cfg, fin_scores, fin_tokens
+            )
+            finish.zero_()
         slot = fin_count[active].unsqueeze(1) + finish.long().cumsum(dim=1) - 1
         finish &= slot < k
         if bool(finish.any()):
@@ -288,7 +300,12 @@ def beam_search(
             [history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2
         )
 
-        done = (fin_count[active] >= k) | (t + 1 >= limit[active])
+        if cfg.early_stopping:
+            done = (fin_count[active] >= k) | (t + 1 >= limit[active])
+        else:  # done once the best running score at its length cannot beat the worst finished one
+            best_running = scores[:, 0].double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+            worst = fin_scores[active].min(dim=1).values  # -inf while a slot is free
+            done = (best_running <= worst) | (t + 1 >= limit[active])
         keep = (~done).nonzero()[:, 0]
         if keep.numel() == 0:
             break
@@ -299,6 +316,36 @@ def beam_search(
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
     return _best(fin_scores, batch.target_ids(fin_tokens), nbest)
+
+
+def _keep_best_finished(
+    finish: Tensor,
+    top_scores: Tensor,
+    top_beam: Tensor,
+    top_tok: Tensor,
+    history: Tensor,
+    active: Tensor,
+    t: int,
+    cfg: DecodeConfig,
+    fin_scores: Tensor,
+    fin_tokens: Tensor,
+) -> None:
+    """The K best of each active sentence's finished hypotheses and its `finish` candidates (A, 2K),
+    written back into `fin_scores` and `fin_tokens`: transformers' bookkeeping, where a finished
+    hypothesis is replaced by a better one that finishes later."""
+    a, k = finish.shape[0], fin_scores.shape[1]
+    normalised = top_scores.double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+    new_scores = torch.where(finish, normalised, float("-inf"))  # (A, 2K)
+    new_tokens = torch.full(
+        (a, finish.shape[1], fin_tokens.shape[2]), PAD_ID, dtype=torch.long, device=finish.device
+    )
+    new_tokens[:, :, :t] = history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t))
+    new_tokens[:, :, t] = top_tok  # EOS, or the last piece of a hypothesis at the length limit
+    merged_scores = torch.cat([fin_scores[active], new_scores], dim=1)  # the old first, as transformers
+    merged_tokens = torch.cat([fin_tokens[active], new_tokens], dim=1)
+    best = merged_scores.topk(k, dim=1).indices
+    fin_scores[active] = merged_scores.gather(1, best)
+    fin_tokens[active] = merged_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, merged_tokens.shape[2]))
 
 
 def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:

@@ -72,9 +72,8 @@ def read(folder: Path) -> Imported:
         _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
     )
     # generation_config.json first, as transformers' generate reads them; config.json's otherwise.
-    settings = {
-        k: config[k] for k in ("num_beams", "max_length", "length_penalty") if k in config
-    } | generation
+    generate_keys = ("num_beams", "max_length", "length_penalty", "early_stopping")
+    settings = {k: config[k] for k in generate_keys if k in config} | generation
     max_length = int(settings.get("max_length") or config.get("max_position_embeddings", 1024))
     # generate's max_length counts the start token: max_length - 1 generated, </s> included.
     decode = DecodeConfig(
@@ -84,6 +83,8 @@ def read(folder: Path) -> Imported:
         max_len_a=0.0,
         max_len_b=max(0, max_length - 2),
         min_len=1,
+        # Unset in OPUS-MT's configs: generate then searches on while a hypothesis could improve.
+        early_stopping=settings.get("early_stopping") is True,
     )
     languages = _languages(folder, tokenizer)
     # Multilingual models: a leading >>xx<< picks the target language, as MarianTokenizer reads it.

@@ -104,7 +104,7 @@ def marian_dir(
     return out
 
 
-def generate(folder: Path, lines: list[str], beams: int) -> list[str]:
+def generate(folder: Path, lines: list[str], beams: int, early_stopping: bool = True) -> list[str]:
     tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
     model = transformers.MarianMTModel.from_pretrained(folder).eval()
     out = []
@@ -118,7 +118,7 @@ def generate(folder: Path, lines: list[str], beams: int) -> list[str]:
                 max_new_tokens=MAX_NEW,
                 min_new_tokens=1,  # nmt's min_len = 1: no empty translation
                 length_penalty=1.0,
-                early_stopping=True,  # done when `beams` hypotheses have ended, as nmt's search
+                early_stopping=early_stopping,  # True: done when `beams` hypotheses have ended
                 bad_words_ids=[[model.config.pad_token_id]],  # OPUS-MT's configs forbid <pad>
                 forced_eos_token_id=None,
             )
@@ -140,9 +140,11 @@ def test_marian_output_is_transformers(activation: str, separate: bool, tmp_path
     limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}  # b pieces, then a forced </s>
     greedy = translator.translate(lines, beam=1, **limits)
     assert greedy == generate(folder, lines, beams=1)
+    # Beam search as the import records it: without early stopping (config.json leaves it unset),
+    # MAX_NEW tokens in all, a hypothesis at the limit ending without </s>: generate's own rules.
+    limits["max_len_b"] = MAX_NEW - 1
     beam = translator.translate(lines, beam=4, lenpen=1.0, lenpen_style="fairseq", **limits)
-    theirs = generate(folder, lines, beams=4)
-    assert sum(a == b for a, b in zip(beam, theirs, strict=True)) >= 95
+    assert beam == generate(folder, lines, beams=4, early_stopping=False)
 
 
 def test_a_multilingual_models_language_codes_are_read_as_marian_reads_them(tmp_path: Path) -> None:
@@ -285,3 +287,22 @@ def test_an_unknown_piece_reads_as_transformers_decodes_it(tmp_path: Path) -> No
         mine = ours[:at] + [UNK_ID] + ours[at:]
         their = theirs[:at] + [tokenizer.unk_token_id] + theirs[at:]
         assert translator.tgt_spm.decode(mine) == tokenizer.decode(their, skip_special_tokens=True)
+
+
+def test_without_early_stopping_the_search_is_generates(tmp_path: Path) -> None:
+    """OPUS-MT's configs leave early_stopping unset: generate then goes on searching while a
+    running hypothesis could still beat the worst finished one. The import records that, and
+    nmt's beam search follows the same rule."""
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    assert checkpoint.load(imported).run_config(imported).decode.early_stopping is False
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    lines = sentences(100, seed=9)
+    # MAX_NEW tokens in all, </s> included, as max_new_tokens counts them; a hypothesis that
+    # reaches the limit ends there without </s>, as in generate.
+    limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW - 1, "min_len": 1}
+    ours = translator.translate(lines, beam=4, lenpen=1.0, lenpen_style="fairseq", **limits)
+    theirs = generate(folder, lines, beams=4, early_stopping=False)
+    same = sum(a == b for a, b in zip(ours, theirs, strict=True))
+    assert same == 100, same

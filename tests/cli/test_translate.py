@@ -536,3 +536,23 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
         assert "is an input of this command" in line and str(output) in line
     assert source.read_text(encoding="utf-8") == "apple river\nstone\n"
     assert checkpoint.load(trained.checkpoint).update == trained.updates
+
+
+def test_non_empty_lines_translated_to_nothing_are_warned_about(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model with NaN weights (damaged, or a bad import from an earlier version) translates every
+    line to nothing: the command still ends, and says so."""
+    ckpt = checkpoint.load(trained.checkpoint)
+    for tensor in ckpt.model.values():
+        if tensor.is_floating_point():
+            tensor.fill_(float("nan"))
+    broken = tmp_path / "nan.pt"
+    checkpoint.save(ckpt, broken)
+    source = tmp_path / "in.txt"
+    source.write_text("apple river\n\nstone\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    capsys.readouterr()
+    assert nmt("translate", "-m", broken, "-i", source, "-o", out, "--threads", 1) == 0
+    assert out.read_text(encoding="utf-8") == "\n\n\n"
+    assert "2 non-empty input lines got an empty translation" in capsys.readouterr().err
