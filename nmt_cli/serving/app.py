@@ -204,10 +204,11 @@ def create_app(
             data = json_object(body)
             if libretranslate.is_libretranslate(data):
                 return await libre(request, {**query, **data})
-            lines = parse_lines(data, limits)
+            # The key first: a client without one learns nothing of what else is wrong.
             refused = key_refusal(request, data.get("api_key"))
             if refused is not None:
                 return refused
+            lines = parse_lines(data, limits)
             pair, _ = route(served, data.get("source"), data.get("target"))
             settings = parse_settings(data, limits, pair.translator)
         except (BadRequest, libretranslate.Refused) as err:
@@ -218,10 +219,10 @@ def create_app(
         return _translations(results, settings.nbest)
 
     async def libre(request: Request, data: Mapping[str, Any]) -> JSONResponse:
-        asked = libretranslate.parse(data, limits.max_lines, limits.max_input_chars)
-        refused = key_refusal(request, asked.api_key, "Invalid API key")
+        refused = key_refusal(request, data.get("api_key"), "Invalid API key")  # before the fields
         if refused is not None:
             return refused
+        asked = libretranslate.parse(data, limits.max_lines, limits.max_input_chars)
         pair, detected = route(served, asked.source, asked.target, status=400)
         settings = pair.translator.settings(batch_tokens=limits.max_batch_tokens)
         lines = [text.replace("\x00", " ") for text in asked.texts]

@@ -192,6 +192,16 @@ def test_keys_are_needed_in_both_shapes(keyed: tuple[Server, Path], offline: dic
     assert KEY not in server.text() and "wrong" not in server.text()
 
 
+def test_a_client_without_a_key_learns_nothing_of_its_request_but_that(keyed: tuple[Server, Path]) -> None:
+    server, _ = keyed
+    for body in ({"text": 5}, {"text": ["x"] * 10_000}, {"source": "en"}, {"q": ["a", 3], "target": "xx"}):
+        response = server.post(body)
+        assert response.status_code == 403, (body, response.text)
+    # With the key, the same requests get their 4xx naming the field.
+    assert server.post({"text": 5, "api_key": KEY}).status_code == 422
+    assert server.post({"source": "en", "api_key": KEY}).status_code == 400
+
+
 def test_a_key_spelt_with_escapes_in_the_query_never_reaches_the_log(
     keyed: tuple[Server, Path], offline: dict[str, Translator]
 ) -> None:
