@@ -162,9 +162,18 @@ def train(
 
     if keep_optimizer and init_from is None:
         raise InputError("--keep-optimizer goes with --init-from (a resumed run keeps its optimizer anyway)")
-    runtime = RuntimeConfig(device, precision, threads)
+    runtime = RuntimeConfig(device=device, precision=precision, threads=threads)
     start = command.Start(init_from, keep_optimizer) if init_from is not None else None
-    command.run(data, out, recipe, list(set_ or []), runtime, compile_, Globals.quiet, start)
+    command.run(
+        data=data,
+        out=out,
+        recipe=recipe,
+        overrides=list(set_ or []),
+        runtime=runtime,
+        compile_model=compile_,
+        quiet=Globals.quiet,
+        start=start,
+    )
 
 
 @app.command(
@@ -182,7 +191,9 @@ def average(
 
     imported()
 
-    command.run(list(checkpoints or []), output, run_dir=run, last=last, quiet=Globals.quiet)
+    command.run(
+        checkpoints=list(checkpoints or []), output=output, run_dir=run, last=last, quiet=Globals.quiet
+    )
 
 
 @app.command(
@@ -216,7 +227,17 @@ def shortlist(
 
     imported()
 
-    command.run(model, train, output, (src, tgt), candidates, frequent, max_pairs, valid, Globals.quiet)
+    command.run(
+        model=model,
+        train=train,
+        output=output,
+        languages=(src, tgt),
+        candidates=candidates,
+        frequent=frequent,
+        max_pairs=max_pairs,
+        valid=valid,
+        quiet=Globals.quiet,
+    )
 
 
 @app.command(
@@ -241,7 +262,7 @@ def import_(
 
     imported()
 
-    command.run(source, output, quiet=Globals.quiet, languages=(src, tgt))
+    command.run(source=source, output=output, quiet=Globals.quiet, languages=(src, tgt))
 
 
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
@@ -257,7 +278,9 @@ def export(
 
     imported()
 
-    command.run(model, format_, output, quantization, force, quiet=Globals.quiet)
+    command.run(
+        model=model, fmt=format_, out=output, quantization=quantization, force=force, quiet=Globals.quiet
+    )
 
 
 @app.command(
@@ -303,11 +326,28 @@ def translate(
     imported()
 
     Globals.fast_exit = True
-    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len, shortlist)
-    runtime = RuntimeConfig(device, precision, threads, workers)
+    decode = DecodeOverrides(
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        shortlist=shortlist,
+    )
+    runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
     command.run(
-        model, input_, output, decode, runtime, nbest, batch_tokens, buffer_size, Globals.quiet, drawn
+        models=model,
+        input_path=input_,
+        output_path=output,
+        decode=decode,
+        runtime=runtime,
+        nbest=nbest,
+        batch_tokens=batch_tokens,
+        buffer_size=buffer_size,
+        quiet=Globals.quiet,
+        sampling=drawn,
     )
 
 
@@ -342,9 +382,27 @@ def attend(
 
     imported()
 
-    decode = DecodeOverrides(beam, lenpen, lenpen_style, max_len_a, max_len_b, min_len)
-    runtime = RuntimeConfig(device, "fp32", threads)
-    command.run(model, input_, out_dir, layer, head, format_, decode, runtime, batch_tokens, Globals.quiet)
+    decode = DecodeOverrides(
+        beam=beam,
+        lenpen=lenpen,
+        lenpen_style=lenpen_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+    )
+    runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
+    command.run(
+        model=model,
+        input_path=input_,
+        out_dir=out_dir,
+        layer=layer,
+        head=head,
+        fmt=format_,
+        decode=decode,
+        runtime=runtime,
+        batch_tokens=batch_tokens,
+        quiet=Globals.quiet,
+    )
 
 
 app.command(epilog=results.SCORE_EPILOG)(results.score)
@@ -404,16 +462,16 @@ def serve(
         request_timeout=request_timeout,
         max_client_connections=max_client_connections,
     )
-    runtime = RuntimeConfig(device, precision, threads, workers)
+    runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     decode = DecodeOverrides(shortlist=shortlist)
     command.run(
-        model,
-        host,
-        port,
-        runtime,
-        limits,
-        Globals.quiet,
-        decode,
+        models=model,
+        host=host,
+        port=port,
+        runtime=runtime,
+        limits=limits,
+        quiet=Globals.quiet,
+        decode=decode,
         api_keys=api_keys,
         allow_anonymous=allow_anonymous,
     )
