@@ -210,6 +210,21 @@ def trained(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Trained
     )
 
 
+# The architecture variants the model, search and attention tests run over (ModelConfig overrides).
+VARIANTS = {
+    "post": {},
+    "pre": {"norm": "pre"},
+    "realformer": {"residual_attention": True},
+    "windowed": {"attention_window": 2},
+    "learned-pre-realformer-windowed": {
+        "positions": "learned",
+        "norm": "pre",
+        "residual_attention": True,
+        "attention_window": 3,
+    },
+}
+
+
 def tiny_model(vocab: int = 40, seed: int = 0, **overrides: object) -> Transformer:
     """A small Transformer in eval mode for the model, search and attention tests: 2+2 layers,
     d_model 32, 4 heads of 8, no dropout; any ModelConfig field can be overridden."""

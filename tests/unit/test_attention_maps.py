@@ -7,25 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import VARIANTS, tiny_model
 
 from nmt_cli.config import BOS_ID, PAD_ID
 
 VOCAB = 40
 HEADS = 4
-
-VARIANTS = {
-    "post": {},
-    "pre": {"norm": "pre"},
-    "realformer": {"residual_attention": True},
-    "windowed": {"attention_window": 2},
-    "learned-pre-realformer-windowed": {
-        "positions": "learned",
-        "norm": "pre",
-        "residual_attention": True,
-        "attention_window": 3,
-    },
-}
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:

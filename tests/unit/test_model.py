@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from conftest import VARIANTS, tiny_model
 
 from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from nmt_cli.model import Transformer
@@ -11,19 +11,6 @@ from nmt_cli.model.attention import KVCache
 from nmt_cli.model.layers import dropout
 
 VOCAB = 40
-
-VARIANTS = {
-    "post": {},
-    "pre": {"norm": "pre"},
-    "realformer": {"residual_attention": True},
-    "windowed": {"attention_window": 2},
-    "learned-pre-realformer-windowed": {
-        "positions": "learned",
-        "norm": "pre",
-        "residual_attention": True,
-        "attention_window": 3,
-    },
-}
 
 
 def rand_tokens(b: int, t: int, seed: int = 1) -> torch.Tensor:

@@ -10,23 +10,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model
 
-from nmt_cli.config import ModelConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.prefetch import Ahead
 from nmt_cli.model import Transformer
 from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
 
 CPU = torch.device("cpu")
-
-
-def tiny_model(seed: int = 0, dropout: float = 0.0) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        encoder_layers=2, decoder_layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8,
-        dropout=dropout, src_vocab_size=40, tgt_vocab_size=40,
-    )  # fmt: skip
-    return Transformer(cfg)
 
 
 def pairs(n: int, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -44,7 +35,7 @@ def gradients(model: Transformer, batch: dict) -> tuple[float, list[torch.Tensor
 
 
 def test_lengths_padded_to_a_multiple_change_neither_the_loss_nor_the_gradients() -> None:
-    model = tiny_model()
+    model = tiny_model().train()
     src, tgt = pairs(6)
     plain = collate(src, tgt)
     padded = collate(src, tgt, multiple=8)
@@ -81,7 +72,7 @@ def test_batches_cut_at_a_multiple_of_rows_keep_the_budget_and_few_shapes() -> N
 
 
 def test_a_non_finite_update_changes_no_weight_moment_or_step_count() -> None:
-    model = tiny_model()
+    model = tiny_model().train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     src, tgt = pairs(4)
@@ -111,7 +102,7 @@ def test_a_non_finite_update_changes_no_weight_moment_or_step_count() -> None:
 def test_a_step_queued_on_the_device_equals_a_step_decided_on_the_host() -> None:
     """The fused step with found_inf = 0 and the clipping by the norm computed beside it move the
     weights as torch's clip_grad_norm_ and a plain fused Adam step do."""
-    a, b = tiny_model(3), tiny_model(3)
+    a, b = tiny_model(seed=3).train(), tiny_model(seed=3).train()
     src, tgt = pairs(5, seed=3)
     batch = collate(src, tgt)
     opt_a = torch.optim.Adam(a.parameters(), lr=1e-2, fused=True)
