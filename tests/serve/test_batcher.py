@@ -27,13 +27,24 @@ class Recorder:
         self.calls: list[tuple[list[str], DecodeSettings]] = []
         self.release = threading.Event()
         self.release.set()
+        self.started = 0  # calls begun, under _begun
+        self._begun = threading.Condition()
 
     def __call__(self, lines: list[str], key: DecodeSettings) -> list[str]:
+        with self._begun:
+            self.started += 1
+            self._begun.notify_all()
         self.release.wait(10)
         if any("boom" in line for line in lines):
             raise ValueError("cannot decode 'boom'")
         self.calls.append((list(lines), key))
         return [line.upper() for line in lines]
+
+
+def wait_started(recorder: Recorder, calls: int) -> None:
+    """Until `calls` decode calls have begun (a decoding thread has taken their batch)."""
+    with recorder._begun:
+        assert recorder._begun.wait_for(lambda: recorder.started >= calls, timeout=10), recorder.started
 
 
 def make(recorder: Recorder, wait_s: float = 0.3, max_tokens: int = 1000, queue: int = 100) -> Batcher[str]:
@@ -95,7 +106,7 @@ def test_the_queue_is_bounded_in_lines(recorder: Recorder) -> None:
     batcher = make(recorder, wait_s=0.0, queue=4)
     batcher.start()
     busy = batcher.submit(["taken at once"], BEAM4)
-    time.sleep(0.2)  # the decoding thread has taken it and is stuck in decode
+    wait_started(recorder, 1)  # the decoding thread has taken it and is stuck in decode
     waiting = batcher.submit(["a", "b", "c"], BEAM4)
     with pytest.raises(QueueFull):
         batcher.submit(["d", "e"], BEAM4)
@@ -175,10 +186,11 @@ def test_a_request_that_finds_every_decoder_idle_waits_only_with_one_decoder(
     # while it decodes.
     if decoders > 1:
         recorder.release.clear()  # the first call blocks until released
+        begun = recorder.started
         first = batcher.submit(["first"], BEAM4)
-        time.sleep(0.2)
+        wait_started(recorder, begun + 1)
         rest = [batcher.submit([f"line {i}"], BEAM4) for i in range(3)]
-        time.sleep(wait_s * 1.5)  # the rest taken while the first still decodes
+        wait_started(recorder, begun + 2)  # the rest taken while the first still decodes
         recorder.release.set()
         assert results([first, *rest]) == [["FIRST"], ["LINE 0"], ["LINE 1"], ["LINE 2"]]
         calls = sorted(lines for lines, _ in recorder.calls[-2:])
@@ -231,9 +243,9 @@ def test_a_burst_that_finds_several_decoders_idle_is_shared_among_them(recorder:
     batcher.start()
     recorder.release.clear()
     first = batcher.submit(["first"], BEAM4)  # starts at once on one decoder, and blocks
-    time.sleep(0.1)
+    wait_started(recorder, 1)
     rest = [batcher.submit([f"line {i}"], BEAM4) for i in range(8)]  # all 8 to the other
-    time.sleep(wait_s * 1.5)
+    wait_started(recorder, 2)
     recorder.release.set()
     assert results([first, *rest]) == [["FIRST"]] + [[f"LINE {i}"] for i in range(8)]
     assert sorted(len(lines) for lines, _ in recorder.calls) == [1, 8]
