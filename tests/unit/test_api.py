@@ -124,3 +124,14 @@ def test_what_is_not_a_list_of_strings_is_a_type_error_naming_it(
     assert translator.translate(("apple", "river")) == translator.translate(
         ["apple", "river"]
     )  # any sequence
+
+
+def test_every_decode_override_is_a_keyword_of_the_api() -> None:
+    """A setting added to DecodeOverrides (the CLI's and the server's) must reach translate() too."""
+    import dataclasses
+
+    from nmt_cli.config import DecodeOverrides
+    from nmt_cli.decoding.translator import DecodeOptions
+
+    overrides = {f.name for f in dataclasses.fields(DecodeOverrides)}
+    assert overrides <= set(DecodeOptions.__annotations__)
