@@ -21,8 +21,8 @@ from nmt_cli import checkpoint
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.errors import InputError
+from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.model import Transformer
-from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.report import Reporter
 
 FORMATS = ("ctranslate2",)

@@ -24,7 +24,7 @@ from nmt_cli.commands.export import write_model
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.search import Ensemble, greedy_search
-from nmt_cli.model.ctranslate2_spec import SPECIAL_PIECES, transformer_spec
+from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec
 
 
 def ct2_translate(model_dir: Path, lines: list[str], compute_type: str = "float32") -> list[str]:
