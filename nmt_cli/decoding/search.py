@@ -272,10 +272,13 @@ def beam_search(
         finish = is_eos & top_scores.isfinite() & (rank < k)
         if not cfg.early_stopping:
             # At the length limit every candidate of the first K ends, whatever its last piece.
-            at_limit = (t + 1 >= limit[active]).unsqueeze(1)
-            ending = (is_eos | at_limit) & top_scores.isfinite() & (rank < k)
+            ending = (is_eos | (t + 1 >= limit[active]).unsqueeze(1)) & top_scores.isfinite() & (rank < k)
+            normalised = top_scores.double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+            ended = torch.cat(
+                [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), top_tok[..., None]], 2
+            )
             _keep_best_finished(
-                ending, top_scores, top_beam, top_tok, history, active, t, cfg, fin_scores, fin_tokens
+                normalised.masked_fill(~ending, float("-inf")), ended, active, fin_scores, fin_tokens
             )
             finish.zero_()
         slot = fin_count[active].unsqueeze(1) + finish.long().cumsum(dim=1) - 1
@@ -319,31 +322,17 @@ def beam_search(
 
 
 def _keep_best_finished(
-    finish: Tensor,
-    top_scores: Tensor,
-    top_beam: Tensor,
-    top_tok: Tensor,
-    history: Tensor,
-    active: Tensor,
-    t: int,
-    cfg: DecodeConfig,
-    fin_scores: Tensor,
-    fin_tokens: Tensor,
+    scores: Tensor, tokens: Tensor, active: Tensor, fin_scores: Tensor, fin_tokens: Tensor
 ) -> None:
-    """The K best of each active sentence's finished hypotheses and its `finish` candidates (A, 2K),
-    written back into `fin_scores` and `fin_tokens`: transformers' bookkeeping, where a finished
-    hypothesis is replaced by a better one that finishes later."""
-    a, k = finish.shape[0], fin_scores.shape[1]
-    normalised = top_scores.double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
-    new_scores = torch.where(finish, normalised, float("-inf"))  # (A, 2K)
-    new_tokens = torch.full(
-        (a, finish.shape[1], fin_tokens.shape[2]), PAD_ID, dtype=torch.long, device=finish.device
-    )
-    new_tokens[:, :, :t] = history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t))
-    new_tokens[:, :, t] = top_tok  # EOS, or the last piece of a hypothesis at the length limit
-    merged_scores = torch.cat([fin_scores[active], new_scores], dim=1)  # the old first, as transformers
-    merged_tokens = torch.cat([fin_tokens[active], new_tokens], dim=1)
-    best = merged_scores.topk(k, dim=1).indices
+    """The K best of each active sentence's finished hypotheses and of its candidates (normalised
+    `scores` (A, 2K), -inf for those that do not end; `tokens` (A, 2K, t)), written back into
+    `fin_scores` and `fin_tokens`: transformers' bookkeeping, where a finished hypothesis is
+    replaced by a better one that finishes later."""
+    padded = tokens.new_full((*tokens.shape[:2], fin_tokens.shape[2]), PAD_ID)
+    padded[:, :, : tokens.shape[2]] = tokens
+    merged_scores = torch.cat([fin_scores[active], scores], dim=1)  # the old first, as transformers
+    merged_tokens = torch.cat([fin_tokens[active], padded], dim=1)
+    best = merged_scores.topk(fin_scores.shape[1], dim=1).indices
     fin_scores[active] = merged_scores.gather(1, best)
     fin_tokens[active] = merged_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, merged_tokens.shape[2]))
 

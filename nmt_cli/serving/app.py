@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
-from nmt_cli.config import ServeLimits
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.errors import InputError
@@ -40,6 +39,7 @@ from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving import libretranslate
 from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
 from nmt_cli.serving.keys import ApiKeys
+from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.metrics import Metrics
 from nmt_cli.serving.requests import BadRequest, Served, json_object, parse_lines, parse_settings, route
 
@@ -195,7 +195,8 @@ def create_app(
             query = libretranslate.query_fields(request.query_params.multi_items())
             kind = content_type.split(";")[0].strip().lower()
             if kind == "multipart/form-data":  # LibreTranslate takes its fields as multipart too
-                return await libre(request, {**query, **await _multipart(request, body)})
+                fields = await libretranslate.multipart_fields(request.scope, body)
+                return await libre(request, {**query, **fields})
             form = kind == "application/x-www-form-urlencoded"
             # `curl -d '{...}'` labels a JSON body as a form: a body that is a JSON object is JSON.
             form = form and not body.lstrip().startswith(b"{")
@@ -316,24 +317,6 @@ async def _keep_workers(served: "list[Served]") -> None:
             if s.translator.workers_alive() < s.translator.workers:
                 if await asyncio.to_thread(s.translator.heal_workers):
                     log.warning(f"{s.name}: a decoding worker died; the workers were started afresh")
-
-
-async def _multipart(request: "Request", body: bytes) -> dict[str, Any]:
-    """The text fields of a multipart/form-data `body` (already read, within the size limit) by
-    Starlette's parser, a repeated q as a list."""
-    from starlette.requests import Request
-
-    async def replay() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    try:
-        form = await Request(request.scope, replay).form()
-    except Exception:  # noqa: BLE001 - the parser's own errors: a malformed body
-        raise libretranslate.Refused(
-            400, "Invalid request: not a readable multipart/form-data body"
-        ) from None
-    texts = [(name, value) for name, value in form.multi_items() if isinstance(value, str)]
-    return libretranslate.query_fields(texts)
 
 
 async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:

@@ -88,6 +88,22 @@ def fields(body: bytes, content_type: str, query: Mapping[str, Any]) -> dict[str
     return {**found, **_one_or_list(form)}
 
 
+async def multipart_fields(scope: Any, body: bytes) -> dict[str, Any]:
+    """The text fields of a multipart/form-data `body` (already read, within the size limit) by
+    Starlette's parser, a repeated q as a list."""
+    from starlette.requests import Request
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(scope, replay).form()
+    except Exception:  # noqa: BLE001 - the parser's own errors: a malformed body
+        raise Refused(400, "Invalid request: not a readable multipart/form-data body") from None
+    texts = [(name, value) for name, value in form.multi_items() if isinstance(value, str)]
+    return query_fields(texts)
+
+
 def is_libretranslate(data: Mapping[str, Any]) -> bool:
     """A LibreTranslate request (q, or only its fields) rather than nmt's own ({"text": [...]})."""
     return "text" not in data and ("q" in data or (bool(data) and set(data) <= set(FIELDS)))

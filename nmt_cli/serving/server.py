@@ -13,8 +13,8 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from nmt_cli.config import ServeLimits
 from nmt_cli.errors import InputError, NmtError
+from nmt_cli.serving.limits import ServeLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -1,0 +1,51 @@
+"""The bounds of `nmt serve` (its --max-* and timeout options), checked once at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nmt_cli.errors import InputError
+from nmt_cli.ranges import setting_problem
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """How requests are batched and bounded (the --max-* options of `nmt serve`)."""
+
+    max_batch_tokens: int = 4096
+    """Source tokens gathered into one decode call (also its batch_tokens, as in nmt translate)."""
+    max_wait_ms: float = 5.0
+    """How long the oldest waiting request waits for others to join its batch."""
+    max_queue: int = 1024
+    """Lines waiting to be decoded (not counting the batch being decoded); beyond, 503."""
+    max_input_chars: int = 2000
+    """Longest line a request may send, in characters."""
+    max_lines: int = 256
+    """Most lines in one request."""
+    request_timeout: float = 10.0
+    """Seconds a client has to send a whole request (headers and body) once it connected or
+    began it; then the connection is closed (408 where nothing of the request was answered)."""
+    max_client_connections: int = 32
+    """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
+
+    def validate(self) -> None:
+        problem = setting_problem("batch_tokens", self.max_batch_tokens)  # each request's batch_tokens
+        if problem is not None:
+            raise InputError(f"--max-batch-tokens {self.max_batch_tokens}: {problem}")
+        for name in ("max_queue", "max_input_chars", "max_lines", "max_client_connections"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if not 0.1 <= self.request_timeout <= 3600:
+            raise InputError(f"--request-timeout {self.request_timeout}: must be from 0.1 to 3600 seconds")
+        if not 0 <= self.max_wait_ms <= 60_000:
+            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
+        if self.max_lines > self.max_queue:
+            raise InputError(
+                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
+                "such a request could never be queued"
+            )
+
+    @property
+    def max_body_bytes(self) -> int:
+        # JSON may spell a character as a 12-byte surrogate-pair escape ("\ud83d\ude00").
+        return self.max_lines * (12 * self.max_input_chars + 8) + 1024
