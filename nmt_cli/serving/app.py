@@ -315,8 +315,11 @@ async def _keep_workers(served: "list[Served]") -> None:
         await asyncio.sleep(WORKER_CHECK_S)
         for s in served:
             if s.translator.workers_alive() < s.translator.workers:
-                if await asyncio.to_thread(s.translator.heal_workers):
-                    log.warning(f"{s.name}: a decoding worker died; the workers were started afresh")
+                try:
+                    if await asyncio.to_thread(s.translator.heal_workers):
+                        log.warning(f"{s.name}: a decoding worker died; the workers were started afresh")
+                except Exception as err:  # noqa: BLE001 - the watch goes on; the next request retries
+                    log.warning(f"{s.name}: decoding workers could not be restarted ({err})")
 
 
 async def _unless_gone(request: "Request", answer: "asyncio.Future[Any]") -> Any:
