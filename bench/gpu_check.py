@@ -3,18 +3,21 @@
 Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler; the
 host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
 process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
-the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention.
-Each step is {"name", "ok", figures..., "error" when it failed}; a failing step does not stop
+the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention;
+fairseq beside nmt, training and decoding on the same data in the same run (bench/side_by_side.py;
+reported as skipped where fairseq is not importable). Each step is {"name", "ok", figures..., "error" when it failed}; a failing step does not stop
 the others, and the exit status is 1 when any failed.
 
 On a machine without CUDA the same steps run on CPU with a tiny model and the report says
 "device": "cpu", "dry_run": true (fp16 and NCCL are skipped): CI runs that to keep the script
-working. Run: `make gpu-check` or `.venv/bin/python bench/gpu_check.py`; the JSON is printed
-and written to bench/results/gpu_check.json.
+working. Run: `make gpu-check` or `.venv/bin/python bench/gpu_check.py [--only STEP,...]
+[--data MULTI30K] [--seconds S]`; each step's JSON goes to stderr as it ends, the report to stdout
+and bench/results/gpu_check.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -43,6 +46,7 @@ from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
 from nmt_cli.training.precision import autocast
 from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
+from side_by_side import side_by_side  # bench/, beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "gpu_check.json"
@@ -374,8 +378,35 @@ def matmul_peak() -> float:
     return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
+PAPER_UPDATES = {"base": 100_000, "big": 300_000}
+
+
+def busy_share(work: Callable[[], None]) -> float | None:
+    """The share of `work`'s wall time in which a GPU kernel runs (the union of the kernels'
+    intervals in torch's profiler over the wall time; the profiler's own cost counts as idle)."""
+    if not CUDA:
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        work()
+        sync()
+        wall_us = (time.perf_counter() - start) * 1e6
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA)
+    busy, reach = 0.0, float("-inf")
+    for begin, end in spans:
+        if end > reach:
+            busy += end - max(begin, reach)
+            reach = end
+    return round(min(1.0, busy / wall_us), 3)
+
+
 def throughput() -> Figures:
-    """bf16 training tokens/s, MFU and peak memory; beam-4 and greedy decoding speed."""
+    """bf16 training tokens/s, MFU, the GPU's busy share, peak memory and the hours of the paper's
+    schedule at this speed; beam-4 and greedy decoding speed."""
     peak = matmul_peak()
     models = {"base": BASE, "big": BIG} if CUDA else {"tiny": TINY}
     tokens, updates, sentences = (25000, 8, 500) if CUDA else (2000, 3, 16)
@@ -404,11 +435,22 @@ def throughput() -> Figures:
         sync()
         seconds = time.perf_counter() - start
         target = sum(targets)
+
+        def three_updates() -> None:
+            queued = Pending()
+            for batch, ntokens in zip(batches[:3], targets, strict=False):
+                loss = accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE, ntokens)
+                queued.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
+            queued.settle()
+
+        tokens_per_s = target / seconds
         figures: Figures = {
-            "tokens_per_update": round(target / updates), "target_tokens_per_s": round(target / seconds),
-            "mfu": round(flops / seconds / peak, 4),
+            "tokens_per_update": round(target / updates), "target_tokens_per_s": round(tokens_per_s),
+            "mfu": round(flops / seconds / peak, 4), "gpu_busy_share": busy_share(three_updates),
             "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if CUDA else None,
         }  # fmt: skip
+        if name in PAPER_UPDATES:  # the paper's schedule at ~25k target tokens an update (§5.1, §5.3)
+            figures["paper_schedule_hours"] = round(PAPER_UPDATES[name] * 25000 / tokens_per_s / 3600, 2)
         decoder = copy.deepcopy(model).eval()
         if CUDA:
             decoder = decoder.to(torch.bfloat16)  # as `nmt translate --precision bf16` does
@@ -496,7 +538,19 @@ def clean(value: Any) -> Any:
     return value
 
 
-def main() -> int:
+def arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Run every CUDA path of nmt_cli once; print JSON.")
+    shared = ROOT.parent / "shared" / "data" / "multi30k"
+    parser.add_argument("--data", type=Path, default=shared if shared.is_dir() else None,
+                        help="raw Multi30k for side_by_side (default: ../shared/data/multi30k)")
+    parser.add_argument("--seconds", type=float, default=45.0 if CUDA else 20.0,
+                        help="training seconds of each toolkit in side_by_side")
+    parser.add_argument("--only", default="", help="comma-separated step names to run, in this order")
+    return parser.parse_args(argv)  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    args = arguments(argv)
     if CUDA:
         configure_cuda()  # the attention kernels nmt's commands use
     else:
@@ -508,16 +562,26 @@ def main() -> int:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         root = Path(tmp)
-        report["steps"] = [
-            run("train_steps", train_steps),
-            run("fp16_overflow", fp16_overflow),
-            run("update_syncs", update_syncs),
-            run("resume_across_precisions", lambda: resume_across_precisions(root)),
-            run("torchrun", lambda: torchrun(root)),
-            run("sdpa", sdpa),
-            run("throughput", throughput),
-            run("decode_attention", decode_attention),
-        ]
+        steps: dict[str, Callable[[], Figures]] = {
+            "train_steps": train_steps,
+            "fp16_overflow": fp16_overflow,
+            "update_syncs": update_syncs,
+            "resume_across_precisions": lambda: resume_across_precisions(root),
+            "torchrun": lambda: torchrun(root),
+            "sdpa": sdpa,
+            "throughput": throughput,
+            "decode_attention": decode_attention,
+            "side_by_side": lambda: side_by_side(args.data, root / "side_by_side", args.seconds),
+        }
+        names = [name for name in args.only.split(",") if name] or list(steps)
+        unknown = [name for name in names if name not in steps]
+        if unknown:
+            print(f"gpu_check: no step {', '.join(unknown)}; steps: {', '.join(steps)}", file=sys.stderr)
+            return 2
+        report["steps"] = []
+        for name in names:
+            report["steps"].append(run(name, steps[name]))
+            print(json.dumps(clean(report["steps"][-1])), file=sys.stderr, flush=True)  # seen as it goes
     report["ok"] = all(step["ok"] for step in report["steps"])
     report["seconds"] = round(time.monotonic() - start, 1)
     text = json.dumps(clean(report), indent=2)
@@ -528,4 +592,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
