@@ -208,7 +208,11 @@ def update_syncs() -> Figures:
                 pending.settle()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        count, at_log = in_updates, len(caught) - in_updates
+        # torch warns "called a synchronizing CUDA operation" at each one; other warnings are not syncs
+        is_sync = ["synchroniz" in str(w.message) for w in caught]
+        count, at_log = sum(is_sync[:in_updates]), sum(is_sync[in_updates:])
+        others = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w, s in zip(caught, is_sync) if not s})
+        sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w, s in zip(caught, is_sync) if s})
     else:
         from torch.profiler import ProfilerActivity, profile
 
@@ -219,9 +223,10 @@ def update_syncs() -> Figures:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             pending.settle()
         at_log = sum(e.name in names for e in prof.events())
+        others, sites = [], []
     per_update = count / len(batches)
     return {"precision": precision, "syncs_per_update": per_update, "syncs_at_log": at_log,
-            **checks(none_in_updates=per_update == 0)}  # fmt: skip
+            "sync_sites": sites, "other_warnings": others, **checks(none_in_updates=per_update == 0)}  # fmt: skip
 
 
 def _in_fused_adam(event: Any) -> bool:
