@@ -209,7 +209,7 @@ def update_syncs() -> Figures:
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         # torch warns "called a synchronizing CUDA operation" at each one; other warnings are not syncs
-        is_sync = ["synchroniz" in str(w.message) for w in caught]
+        is_sync = ["called a synchronizing CUDA operation" in str(w.message) for w in caught]
         count, at_log = sum(is_sync[:in_updates]), sum(is_sync[in_updates:])
         others = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w, s in zip(caught, is_sync) if not s})
         sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w, s in zip(caught, is_sync) if s})
