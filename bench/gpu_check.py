@@ -4,9 +4,9 @@ Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the 
 host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
 process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
 the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention;
-fairseq beside nmt, training and decoding on the same data in the same run (bench/side_by_side.py;
-reported as skipped where fairseq is not importable). Each step is {"name", "ok", figures..., "error" when it failed}; a failing step does not stop
-the others, and the exit status is 1 when any failed.
+fairseq beside nmt, training and decoding the same data in the same run (bench/side_by_side.py;
+skipped where fairseq is not importable). Each step is {"name", "ok", figures..., "error" when
+it failed}; a failing step does not stop the others, and the exit status is 1 when any failed.
 
 On a machine without CUDA the same steps run on CPU with a tiny model and the report says
 "device": "cpu", "dry_run": true (fp16 and NCCL are skipped): CI runs that to keep the script
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import os
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from side_by_side import side_by_side  # bench/, beside this file
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -46,7 +48,6 @@ from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
 from nmt_cli.training.precision import autocast
 from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
-from side_by_side import side_by_side  # bench/, beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "gpu_check.json"
@@ -208,11 +209,12 @@ def update_syncs() -> Figures:
                 pending.settle()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        # torch warns "called a synchronizing CUDA operation" at each one; other warnings are not syncs
+        # torch warns "called a synchronizing CUDA operation" at each; other warnings are no syncs
         is_sync = ["called a synchronizing CUDA operation" in str(w.message) for w in caught]
         count, at_log = sum(is_sync[:in_updates]), sum(is_sync[in_updates:])
-        others = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w, s in zip(caught, is_sync) if not s})
-        sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w, s in zip(caught, is_sync) if s})
+        marked = list(zip(caught, is_sync, strict=True))
+        others = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w, s in marked if not s})
+        sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w, s in marked if s})
     else:
         from torch.profiler import ProfilerActivity, profile
 
@@ -226,7 +228,8 @@ def update_syncs() -> Figures:
         others, sites = [], []
     per_update = count / len(batches)
     return {"precision": precision, "syncs_per_update": per_update, "syncs_at_log": at_log,
-            "sync_sites": sites, "other_warnings": others, **checks(none_in_updates=per_update == 0)}  # fmt: skip
+            "sync_sites": sites, "other_warnings": others,
+            **checks(none_in_updates=per_update == 0)}  # fmt: skip
 
 
 def _in_fused_adam(event: Any) -> bool:
@@ -386,6 +389,18 @@ def matmul_peak() -> float:
 PAPER_UPDATES = {"base": 100_000, "big": 300_000}
 
 
+def queued_updates(
+    model: Transformer, opt: torch.optim.Adam, batches: list[dict[str, torch.Tensor]], targets: list[int]
+) -> None:
+    """bf16 updates queued as the training loop queues them; their figures read once at the end."""
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
+    pending = Pending()
+    for batch, ntokens in zip(batches, targets, strict=True):
+        loss = accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE, ntokens)
+        pending.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
+    pending.settle()
+
+
 def busy_share(work: Callable[[], None]) -> float | None:
     """The share of `work`'s wall time in which a GPU kernel runs (the union of the kernels'
     intervals in torch's profiler over the wall time; the profiler's own cost counts as idle)."""
@@ -400,7 +415,8 @@ def busy_share(work: Callable[[], None]) -> float | None:
         work()
         sync()
         wall_us = (time.perf_counter() - start) * 1e6
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
     busy, reach = 0.0, float("-inf")
     for begin, end in spans:
         if end > reach:
@@ -432,26 +448,15 @@ def throughput() -> Figures:
         targets = [int((b["tgt_out"] != 0).sum()) for b in batches]  # known on the host, as in the loop
         sync()
         start = time.perf_counter()
-        pending = Pending()  # queued as the training loop queues updates: read once at the end
-        for batch, ntokens in zip(batches, targets, strict=True):
-            loss = accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE, ntokens)
-            pending.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
-        pending.settle()
+        queued_updates(model, opt, batches, targets)
         sync()
         seconds = time.perf_counter() - start
         target = sum(targets)
-
-        def three_updates() -> None:
-            queued = Pending()
-            for batch, ntokens in zip(batches[:3], targets, strict=False):
-                loss = accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE, ntokens)
-                queued.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
-            queued.settle()
-
+        busy = busy_share(functools.partial(queued_updates, model, opt, batches[:3], targets[:3]))
         tokens_per_s = target / seconds
         figures: Figures = {
             "tokens_per_update": round(target / updates), "target_tokens_per_s": round(tokens_per_s),
-            "mfu": round(flops / seconds / peak, 4), "gpu_busy_share": busy_share(three_updates),
+            "mfu": round(flops / seconds / peak, 4), "gpu_busy_share": busy,
             "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if CUDA else None,
         }  # fmt: skip
         if name in PAPER_UPDATES:  # the paper's schedule at ~25k target tokens an update (§5.1, §5.3)
@@ -546,10 +551,18 @@ def clean(value: Any) -> Any:
 def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run every CUDA path of nmt_cli once; print JSON.")
     shared = ROOT.parent / "shared" / "data" / "multi30k"
-    parser.add_argument("--data", type=Path, default=shared if shared.is_dir() else None,
-                        help="raw Multi30k for side_by_side (default: ../shared/data/multi30k)")
-    parser.add_argument("--seconds", type=float, default=45.0 if CUDA else 20.0,
-                        help="training seconds of each toolkit in side_by_side")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=shared if shared.is_dir() else None,
+        help="raw Multi30k for side_by_side (default: ../shared/data/multi30k)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=45.0 if CUDA else 20.0,
+        help="training seconds of each toolkit in side_by_side",
+    )
     parser.add_argument("--only", default="", help="comma-separated step names to run, in this order")
     return parser.parse_args(argv)  # fmt: skip
 

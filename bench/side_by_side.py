@@ -6,8 +6,8 @@ each one's target tokens/s is the median of its log records after the first two 
 nmt's `tokens_per_s`: both count target tokens). Then the model fairseq trained is decoded twice,
 beam 5 over the same test lines: by fairseq-generate and by `nmt translate`'s engine after
 `nmt import` (the same weights); the report gives each one's sentences/s over its decoding loop
-(fairseq's own timer; the Translator's calls, after a warm-up) and over the whole process, and
-how many output lines are identical.
+(fairseq's own timer, which counts its generation calls only; the Translator's call after a
+warm-up, sentencepiece included) and over the whole process, and how many lines are identical.
 
 It needs fairseq importable (fairseq-fixed 0.12.3.1; `../shared/gpu/prep.sh` gathers the wheels)
 and raw Multi30k: train, val and test_2016_flickr .en/.de. On CPU it shrinks the model to a tiny
@@ -51,12 +51,17 @@ def fairseq_available() -> bool:
 
 def run(command: list[str], log: Path, timeout: float) -> float:
     """Run `command` with its output in `log`; its wall seconds. Raise with the log's tail if it fails."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     if "fairseq_cli" in command[2]:  # fairseq 0.12 pickles its options: a checkpoint made here, trusted
         env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     start = time.perf_counter()
     with log.open("w", encoding="utf-8") as out:
-        proc = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT
+        )
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace")[-1500:]
@@ -88,12 +93,15 @@ def fairseq_corpus(raw: Path, spm_model: Path, work: Path, timeout: float) -> Pa
         for lang in ("en", "de"):
             lines = (raw / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
             encoded = sp.encode(lines, out_type=str)
-            (pieces / f"{split}.{lang}").write_text("".join(" ".join(p) + "\n" for p in encoded), encoding="utf-8")
+            (pieces / f"{split}.{lang}").write_text(
+                "".join(" ".join(p) + "\n" for p in encoded), encoding="utf-8"
+            )
     binary = work / "fairseq-bin"
     run([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "en", "--target-lang", "de",
          "--trainpref", str(pieces / "train"), "--validpref", str(pieces / "valid"),
          "--testpref", str(pieces / "test"), "--destdir", str(binary), "--joined-dictionary",
-         "--workers", str(min(16, os.cpu_count() or 1))], work / "fairseq_preprocess.log", timeout)  # fmt: skip
+         "--workers", str(min(16, os.cpu_count() or 1))],
+        work / "fairseq_preprocess.log", timeout)  # fmt: skip
     return binary
 
 
@@ -112,7 +120,8 @@ def train_fairseq(binary: Path, work: Path, seconds: float) -> tuple[float, Path
         "--source-lang", "en", "--target-lang", "de", "--arch", "transformer", "--share-all-embeddings",
         "--dropout", "0.1", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9", "--lr", "7e-4",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000", "--max-tokens", "25000" if CUDA else "2000",
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000",
+        "--max-tokens", "25000" if CUDA else "2000",
         *precision, "--max-update", "1000000", "--disable-validation", "--save-dir", str(save),
         "--no-epoch-checkpoints", "--save-interval", "100000",  # one checkpoint, at the time limit
         "--log-format", "json", "--log-interval", "10" if CUDA else "2", "--seed", "1", "--num-workers", "2",
@@ -137,7 +146,9 @@ def train_nmt(data: Path, work: Path, seconds: float) -> tuple[float, int]:
         "train.valid_every_updates=0", "train.save_every_minutes=0", "train.save_every_updates=0",
         *([] if CUDA else NMT_TINY),
     ]  # fmt: skip
-    device = ["--device", "cuda", "--precision", "fp16"] if CUDA else ["--device", "cpu", "--precision", "fp32"]
+    device = (
+        ["--device", "cuda", "--precision", "fp16"] if CUDA else ["--device", "cpu", "--precision", "fp32"]
+    )
     command = [sys.executable, "-m", "nmt_cli", "-q", "train", "--data", str(data), "--out", str(out),
                "--recipe", str(ROOT / "recipes" / "wmt14_en_de" / "base.toml"), *device,
                *(x for item in sets for x in ("--set", item))]  # fmt: skip
@@ -197,7 +208,8 @@ def decode_nmt(imported: Path, source: list[str], work: Path) -> tuple[Figures, 
     loop = time.perf_counter() - start
     translator.close()
     lines = hyp.read_text(encoding="utf-8").splitlines()
-    return {"sentences": len(source), "loop_s": round(loop, 3), "sentences_per_s": round(len(source) / loop, 1),
+    n = len(source)
+    return {"sentences": n, "loop_s": round(loop, 3), "sentences_per_s": round(n / loop, 1),
             "process_s": round(wall, 2)}, lines  # fmt: skip
 
 
@@ -211,7 +223,8 @@ def side_by_side(data: Path | None, work: Path, seconds: float) -> Figures:
     raw = raw_corpus(data, work)
     prepared = work / "nmt-data"
     run([sys.executable, "-m", "nmt_cli", "-q", "prepare", "--train", str(raw / "train"), "--valid",
-         str(raw / "valid"), "--test", str(raw / "test"), "--src", "en", "--tgt", "de", "--out", str(prepared),
+         str(raw / "valid"), "--test", str(raw / "test"), "--src", "en", "--tgt", "de",
+         "--out", str(prepared),
          "--vocab-size", "8000" if CUDA else "1000", "--workers", str(min(8, os.cpu_count() or 1))],
         work / "nmt_prepare.log", 900)  # fmt: skip
     binary = fairseq_corpus(raw, prepared / "spm.model", work, 900)

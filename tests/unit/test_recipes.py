@@ -46,6 +46,7 @@ def test_the_shipped_recipes_are_all_found() -> None:
         "wmt14_en_fr/base.toml",
         "wmt14_en_fr/big.toml",
         "multi30k/small.toml",
+        "multi30k/gpu.toml",
         "multi30k/student.toml",
     } <= names
 
@@ -133,6 +134,24 @@ EXPECTED = {
         "train.lr": 2e-3,
         "train.warmup": 400,
         "train.max_tokens": 2048,
+    },
+    # small.toml's model on a GPU: larger batches for 2.5 minutes (recipes/multi30k/README.md)
+    "multi30k/gpu.toml": {
+        "model.encoder_layers": 3,
+        "model.decoder_layers": 3,
+        "model.d_model": 256,
+        "model.d_ff": 1024,
+        "model.heads": 4,
+        "model.dropout": 0.1,
+        "train.label_smoothing": 0.1,
+        "train.lr_schedule": "linear",
+        "train.lr": 2e-3,
+        "train.max_tokens": 4096,
+        "train.max_minutes": 2.5,
+        "train.precision": "bf16",
+        "decode.beam": 4,
+        "decode.lenpen": 0.6,
+        "average.last": 3,
     },
     # distillation.md's student: deep encoder, one decoder layer, narrower than small.toml
     "multi30k/student.toml": {
