@@ -23,6 +23,7 @@ from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import int8
+from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.model import DecoderState, Transformer
@@ -239,17 +240,15 @@ def beam_search(
     hypothesis (scored with the length penalty); the first K others continue. A sentence
     is done when K hypotheses have finished (without `cfg.early_stopping`: once the best running
     one, scored at its length, cannot beat the worst of the K best finished) or it reaches its
-    maximum length. The first step
-    decodes one row per sentence (its K hypotheses would all be the same), which then becomes K.
+    maximum length. The first step decodes one row per sentence (its K hypotheses would all be the
+    same), which then becomes K.
     """
     n, k, device = src.shape[0], cfg.beam, src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
     batch = ensemble.start(src, 1, vocab)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
-    fin_scores = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)  # normalised
-    fin_tokens = torch.full((n, k, max_steps), PAD_ID, dtype=torch.long, device=device)
-    fin_count = torch.zeros(n, dtype=torch.long, device=device)
+    fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids still searching
     scores = torch.zeros((n, 1), device=device)
     history = torch.empty((n, 1, 0), dtype=torch.long, device=device)
@@ -266,32 +265,18 @@ def beam_search(
         top_scores, top_idx = top_k(cand, 2 * k)  # (A, 2K)
         top_beam, top_tok = (top_idx // width).clamp_(max=r - 1), top_idx % width
         is_eos = top_tok == EOS_ID
-
-        # Finish: EOS candidates ranked within the first K, into the sentence's free slots (without
-        # early stopping, in place of worse finished ones too: the best K are kept).
-        finish = is_eos & top_scores.isfinite() & (rank < k)
-        if not cfg.early_stopping:
+        candidates = Candidates(top_scores, top_beam, top_tok, is_eos & top_scores.isfinite() & (rank < k))
+        penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+        if cfg.early_stopping:
+            fin.take_free_slots(candidates, history, active, t, penalty)
+        else:
             # At the length limit every candidate of the first K ends, whatever its last piece.
-            ending = (is_eos | (t + 1 >= limit[active]).unsqueeze(1)) & top_scores.isfinite() & (rank < k)
-            normalised = top_scores.double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
+            at_limit = (t + 1 >= limit[active]).unsqueeze(1) & top_scores.isfinite() & (rank < k)
             ended = torch.cat(
                 [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), top_tok[..., None]], 2
             )
-            _keep_best_finished(
-                normalised.masked_fill(~ending, float("-inf")), ended, active, fin_scores, fin_tokens
-            )
-            finish.zero_()
-        slot = fin_count[active].unsqueeze(1) + finish.long().cumsum(dim=1) - 1
-        finish &= slot < k
-        if bool(finish.any()):
-            row, col = finish.nonzero(as_tuple=True)
-            sent, s = active[row], slot[row, col]
-            fin_scores[sent, s] = top_scores[row, col].double() / length_penalty(
-                t + 1, cfg.lenpen, cfg.lenpen_style
-            )
-            fin_tokens[sent, s, :t] = history[row, top_beam[row, col]]
-            fin_tokens[sent, s, t] = EOS_ID
-            fin_count[active] += finish.sum(dim=1)
+            ends = candidates.ending | at_limit
+            fin.keep_best((top_scores.double() / penalty).masked_fill(~ends, float("-inf")), ended, active)
 
         # Continue: the K best non-EOS candidates (there are always at least K).
         order = torch.where(is_eos, rank + 2 * k, rank)
@@ -304,10 +289,10 @@ def beam_search(
         )
 
         if cfg.early_stopping:
-            done = (fin_count[active] >= k) | (t + 1 >= limit[active])
+            done = (fin.count[active] >= k) | (t + 1 >= limit[active])
         else:  # done once the best running score at its length cannot beat the worst finished one
-            best_running = scores[:, 0].double() / length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
-            worst = fin_scores[active].min(dim=1).values  # -inf while a slot is free
+            best_running = scores[:, 0].double() / penalty
+            worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
             done = (best_running <= worst) | (t + 1 >= limit[active])
         keep = (~done).nonzero()[:, 0]
         if keep.numel() == 0:
@@ -318,23 +303,7 @@ def beam_search(
         per_sentence = k
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
-    return _best(fin_scores, batch.target_ids(fin_tokens), nbest)
-
-
-def _keep_best_finished(
-    scores: Tensor, tokens: Tensor, active: Tensor, fin_scores: Tensor, fin_tokens: Tensor
-) -> None:
-    """The K best of each active sentence's finished hypotheses and of its candidates (normalised
-    `scores` (A, 2K), -inf for those that do not end; `tokens` (A, 2K, t)), written back into
-    `fin_scores` and `fin_tokens`: transformers' bookkeeping, where a finished hypothesis is
-    replaced by a better one that finishes later."""
-    padded = tokens.new_full((*tokens.shape[:2], fin_tokens.shape[2]), PAD_ID)
-    padded[:, :, : tokens.shape[2]] = tokens
-    merged_scores = torch.cat([fin_scores[active], scores], dim=1)  # the old first, as transformers
-    merged_tokens = torch.cat([fin_tokens[active], padded], dim=1)
-    best = merged_scores.topk(fin_scores.shape[1], dim=1).indices
-    fin_scores[active] = merged_scores.gather(1, best)
-    fin_tokens[active] = merged_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, merged_tokens.shape[2]))
+    return _best(fin.scores, batch.target_ids(fin.tokens), nbest)
 
 
 def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:

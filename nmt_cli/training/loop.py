@@ -70,26 +70,11 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     if tc.compile:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = cast(torch.nn.Module, torch.compile(net))
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=0.0, betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps, fused=True
-    )  # fused: one kernel for all parameters instead of several per tensor
-    scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
-    progress = Progress()
-    if resume is not None:
-        if resume.train_state is None or resume.progress is None:
-            raise RunFailure(f"{s.run_dir}: its last checkpoint holds no training state; use a new --out")
-        optimizer.load_state_dict(resume.train_state.optimizer)
-        restore_scaler(scaler, resume.train_state.scaler)
-        progress = Progress(**resume.progress)
-        _set_rng_state(resume.train_state.rng, s.device)
-    elif s.initial_optimizer is not None:
-        optimizer.load_state_dict(s.initial_optimizer)
-        for params in optimizer.param_groups:  # the moments carry over; the settings are this recipe's
-            params.update(betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps)
+    optimizer, scaler, progress = _optimizer_state(s, resume)
     multiple = shape_multiple(tc, s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
-    src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()
+    src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()  # read once: large
     session_start = time.monotonic()
     base_seconds, last_save = progress.train_seconds, time.monotonic()
     reason, lr = "", 0.0
@@ -97,14 +82,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     with StopSignal() as stop:
         try:
             while not reason:
-                pairs = None
-                if tc.corpus_weights:
-                    pairs = weighted_epoch(s.corpus_sizes, tc.corpus_weights, tc.seed, progress.epoch)
-                batches = make_batches(
-                    src_len, tgt_len, tc.max_tokens, tc.seed, progress.epoch, pairs=pairs, multiple=multiple
-                )
-                if not batches:
-                    raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
+                batches = _epoch_batches(s, src_len, tgt_len, progress.epoch, multiple)
                 with Ahead(_updates(s, batches, progress.batch, multiple)) as updates:
                     for group, tensors, idle in updates:
                         distributed.seed_update(tc.seed, progress.update, world)
@@ -134,9 +112,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                         outcome = apply_update(model, optimizer, scaler, lr, tc.clip_norm, loss.sums[0])
                         book.queue(loss, outcome, lr)  # counted as stepped until settled
                         reason = _stop_reason(tc, progress, signalled, stop.received, out_of_time)
-                        minutes_due = bool(tc.save_every_minutes) and (
-                            time.monotonic() - last_save >= 60 * tc.save_every_minutes
-                        )
+                        minutes_due = 0 < tc.save_every_minutes * 60 <= time.monotonic() - last_save
                         if not (book.due(reason) or minutes_due):
                             continue
                         book.settle()  # the update count is exact from here on
@@ -166,6 +142,45 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
             _save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return f"{reason} at update {progress.update}"
+
+
+def _optimizer_state(
+    s: Session, resume: checkpoint.Checkpoint | None
+) -> tuple[torch.optim.Adam, torch.amp.GradScaler, Progress]:
+    """Adam, the fp16 loss scaler and the progress counters: fresh, resumed from the run's last
+    checkpoint, or with the moments of the model the run starts from (--init-from)."""
+    tc = s.cfg.train
+    optimizer = torch.optim.Adam(
+        s.model.parameters(), lr=0.0, betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps, fused=True
+    )  # fused: one kernel for all parameters instead of several per tensor
+    scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
+    progress = Progress()
+    if resume is not None:
+        if resume.train_state is None or resume.progress is None:
+            raise RunFailure(f"{s.run_dir}: its last checkpoint holds no training state; use a new --out")
+        optimizer.load_state_dict(resume.train_state.optimizer)
+        restore_scaler(scaler, resume.train_state.scaler)
+        progress = Progress(**resume.progress)
+        _set_rng_state(resume.train_state.rng, s.device)
+    elif s.initial_optimizer is not None:
+        optimizer.load_state_dict(s.initial_optimizer)
+        for params in optimizer.param_groups:  # the moments carry over; the settings are this recipe's
+            params.update(betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps)
+    return optimizer, scaler, progress
+
+
+def _epoch_batches(
+    s: Session, src_len: np.ndarray, tgt_len: np.ndarray, epoch: int, multiple: int
+) -> list[np.ndarray]:
+    """This epoch's batches of pair indices (each corpus's share drawn anew where weighted)."""
+    tc = s.cfg.train
+    pairs = None
+    if tc.corpus_weights:
+        pairs = weighted_epoch(s.corpus_sizes, tc.corpus_weights, tc.seed, epoch)
+    batches = make_batches(src_len, tgt_len, tc.max_tokens, tc.seed, epoch, pairs=pairs, multiple=multiple)
+    if not batches:
+        raise RunFailure("no training pair fits in train.max_tokens; raise train.max_tokens")
+    return batches
 
 
 def shape_multiple(tc: TrainConfig, device: torch.device) -> int:
