@@ -223,16 +223,7 @@ def _prepare(
                 "src_tokens": writers[0].total,
                 "tgt_tokens": writers[1].total,
             }
-    if splits["train"]["pairs"] == 0:
-        reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in flagged["train"].items())
-        raise InputError(
-            f"every training pair was filtered ({reasons}); check the corpus or raise --max-len / --max-ratio"
-        )
-    for split in ("valid", "test"):
-        kept = {k: v for k, v in flagged.get(split, {}).items() if v}
-        if kept:
-            what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in kept.items())
-            reporter.warn(f"{split}: kept all pairs, among them {what} (only train is filtered)")
+    _report_filtered(splits["train"]["pairs"], flagged, reporter)
     all_inputs = {"train": sources.corpora[0], **sources.inputs}
     return corpus.CorpusMeta(
         src=src,
@@ -252,6 +243,20 @@ def _prepare(
         nmt_version=__version__,
         corpora=corpora,
     )
+
+
+def _report_filtered(train_pairs: int, flagged: dict[str, dict[str, int]], reporter: Reporter) -> None:
+    """Refuse a training set filtered to nothing; warn of flagged valid and test pairs (kept)."""
+    if train_pairs == 0:
+        reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in flagged["train"].items())
+        raise InputError(
+            f"every training pair was filtered ({reasons}); check the corpus or raise --max-len / --max-ratio"
+        )
+    for split in ("valid", "test"):
+        kept = {k: v for k, v in flagged.get(split, {}).items() if v}
+        if kept:
+            what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in kept.items())
+            reporter.warn(f"{split}: kept all pairs, among them {what} (only train is filtered)")
 
 
 def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
