@@ -317,6 +317,12 @@ def translate(
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="--sampling: <1 sharper, >1 flatter (1).")] = None,
     seed: Annotated[int | None, typer.Option(help="--sampling: same seed and line, same output (1).")] = None,
+    split_sentences: Annotated[
+        bool, typer.Option(help="Translate each line sentence by sentence (for paragraphs).")
+    ] = False,
+    alignments: Annotated[
+        bool, typer.Option(help="After each translation, a tab and its word alignment (Pharaoh 'i-j' pairs).")
+    ] = False,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -348,6 +354,8 @@ def translate(
         buffer_size=buffer_size,
         quiet=Globals.quiet,
         sampling=drawn,
+        split_sentences=split_sentences,
+        alignments=alignments,
     )
 
 

@@ -22,15 +22,17 @@ from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
+from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.settings import Sampling, resolve
-from nmt_cli.decoding.translator import Hypotheses, decoding_workers, default_precision, load_translator
+from nmt_cli.decoding.texts import Result
+from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory, not_an_input, output_target
 from nmt_cli.report import Reporter
 
-Translate = Callable[[list[str]], list[Hypotheses]]
-"""A configured `Translator.translate_with`: lines in, their hypotheses out."""
+Translate = Callable[[list[str]], list[Result]]
+"""A configured `Translator.translate_texts`: lines in, their hypotheses (and alignments) out."""
 Write = Callable[..., None]
 """`_translate_stream` with its input and settings bound: (output stream, flushed callback)."""
 
@@ -46,11 +48,17 @@ def run(
     buffer_size: int,
     quiet: bool,
     sampling: Sampling | None = None,
+    split_sentences: bool = False,
+    alignments: bool = False,
 ) -> None:
-    """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`."""
+    """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`;
+    `split_sentences`: each line sentence by sentence; `alignments`: each translation followed by a
+    tab and its word alignment (Pharaoh's "i-j" pairs)."""
     reporter = Reporter(quiet)
     if buffer_size < 1:
         raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
+    if alignments and nbest > 1:
+        raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
     resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
     dev = resolve_device(runtime.device)
@@ -66,11 +74,11 @@ def run(
     translator = load_translator(models, dev, precision)
     settings = translator.settings(decode, nbest, batch_tokens, sampling)
     if nbest == 1:  # the output is the text alone
-        settings = dataclasses.replace(settings, scores=False)
+        settings = dataclasses.replace(settings, scores=False, alignments=alignments)
     source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate = functools.partial(translator.translate_with, settings=settings)
+    translate = functools.partial(translator.translate_texts, settings=settings, split=split_sentences)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
         _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest, emptied=emptied
@@ -195,10 +203,13 @@ def _translate_stream(
     number = 0
     for lines in _buffers(source, name, buffer_size):
         chunk = []
-        for line, hyps in zip(lines, translate(lines), strict=True):
+        for line, result in zip(lines, translate(lines), strict=True):
+            hyps = result.hyps
             if emptied is not None and line.strip() and not hyps[0][0]:
                 emptied["lines"] += 1
-            if nbest == 1:
+            if result.alignment is not None:
+                chunk.append(f"{hyps[0][0]}\t{pharaoh(result.alignment)}\n")
+            elif nbest == 1:
                 chunk.append(hyps[0][0] + "\n")
             else:
                 chunk.extend(f"{number}\t{score:.4f}\t{text}\n" for text, score in hyps)

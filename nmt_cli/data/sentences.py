@@ -35,7 +35,12 @@ def split_sentences(text: str, language: str) -> Split:
     lead = text[: len(text) - len(stripped)]
     sentences: list[str] = []
     gaps: list[str] = []
-    for part in segment(language, stripped):
+    # The segmenter takes UTF-8 only: a lone surrogate (possible in a Python str) is segmented as
+    # "?", one character for one, and the parts are cut from the text itself.
+    safe = stripped.encode("utf-8", "replace").decode("utf-8")
+    at = 0
+    for safe_part in segment(language, safe):
+        part, at = stripped[at : at + len(safe_part)], at + len(safe_part)
         core = part.rstrip()
         if not core:  # whitespace the segmenter gave on its own: it belongs to the gap before
             if gaps:

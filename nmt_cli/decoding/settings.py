@@ -87,6 +87,8 @@ class DecodeSettings:
     scores: bool = True
     """Whether the caller reads the hypotheses' scores; without them, greedy search skips the
     softmax and gives NaN scores."""
+    alignments: bool = False
+    """Whether the best hypothesis of each line gets its word alignment (`decoding.alignment`)."""
 
 
 def resolve(

@@ -6,6 +6,10 @@
     t.translate_nbest(["A man rides a bike."], nbest=3)             # (text, score) lists
     t.translate(["A man rides a bike."], sampling=Sampling("topk", topk=10, seed=7))  # a random draw
     t.translate(["A man rides a bike."], shortlist=True)  # over the model's shortlist (`nmt shortlist`)
+    t.translate(["A dog runs."], alignments=True)  # [(text, ((0, 0), (1, 1), ...))]: word links
+
+A line of several sentences is cut into sentences, each translated alone, and the translations
+joined with the whitespace that separated them (`split_sentences=False` translates lines whole).
 
 Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
 in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing and no
@@ -17,45 +21,38 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, Unpack, cast
+from typing import Any, Literal, TypedDict, Unpack, cast, overload
 
 import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
-from torch import nn
 
-from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data.shortlist import Shortlist
-from nmt_cli.data.spm import processors
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding import int8
+from nmt_cli.decoding.alignment import Alignment, best_alignments
+from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
+    PRECISIONS,
+    decoding_workers,
+    default_precision,
+    for_decoding,
+    load_translator,
+    load_translators,
+)
 from nmt_cli.decoding.search import Ensemble, translate_sentences
 from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
-from nmt_cli.decoding.workers import WorkerPool, can_fork, usable_cores
-from nmt_cli.device import check_precision, cpu_has_amx, cpu_has_fast_bf16, resolve_device
+from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
+from nmt_cli.decoding.workers import WorkerPool, can_fork
+from nmt_cli.device import resolve_device
 from nmt_cli.errors import InputError, SettingError
-from nmt_cli.model import Transformer
 from nmt_cli.ranges import check_setting
 
-MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
-
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-
-Hypotheses = list[tuple[str, float]]
-"""A line's (text, score) hypotheses, best first; the score is the length-normalised log-probability."""
-
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-"""fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
-log-probabilities stay float32); int8: every linear layer, the output projection included, with
-int8 weights per output channel and activations per row (`decoding.int8`; CPU only), so that a
-line's output does not depend on the lines batched with it."""
 
 
 class DecodeOptions(TypedDict, total=False):
@@ -71,23 +68,6 @@ class DecodeOptions(TypedDict, total=False):
     shortlist: bool | None
     batch_tokens: int
     sampling: Sampling | None
-
-
-def text_lines(lines: object, method: str) -> list[str]:
-    """`lines` as a list of str, or a TypeError naming what is wrong: a single string would be
-    translated character by character, and a None or a number has no text."""
-    if isinstance(lines, str | bytes):
-        raise TypeError(
-            f"{method}(lines): a list of strings, not one {type(lines).__name__}; write {method}([text])"
-        )
-    try:
-        items = list(lines)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"{method}(lines): a list of strings, not {type(lines).__name__}") from None
-    for i, line in enumerate(items):
-        if not isinstance(line, str):
-            raise TypeError(f"{method}(lines): lines[{i}] is {type(line).__name__}, not str")
-    return items
 
 
 @dataclass
@@ -147,21 +127,62 @@ class Translator:
     def max_source(self) -> int:
         return self.ensemble.max_positions - 1  # room for EOS
 
-    def translate(self, lines: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
-        """The best translation of each line (or a sampled one), in input order; "" for an empty line."""
+    @overload
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        split_sentences: bool = True,
+        alignments: Literal[False] = False,
+        **options: Unpack[DecodeOptions],
+    ) -> list[str]: ...
+
+    @overload
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        split_sentences: bool = True,
+        alignments: Literal[True],
+        **options: Unpack[DecodeOptions],
+    ) -> list[tuple[str, Alignment]]: ...
+
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        split_sentences: bool = True,
+        alignments: bool = False,
+        **options: Unpack[DecodeOptions],
+    ) -> list[str] | list[tuple[str, Alignment]]:
+        """The best translation of each line (or a sampled one), in input order; "" for an empty
+        line. `alignments`: each with its word alignment, (source word, target word) pairs with
+        words counted over the whole line."""
         lines = text_lines(lines, "translate")
-        settings = dataclasses.replace(self._settings_of(options, 1), scores=False)
-        return [hyps[0][0] for hyps in self.translate_with(lines, settings)]
+        settings = dataclasses.replace(self._settings_of(options, 1), scores=False, alignments=alignments)
+        results = self.translate_texts(lines, settings, split_sentences)
+        if alignments:
+            return [(r.hyps[0][0], r.alignment or ()) for r in results]
+        return [r.hyps[0][0] for r in results]
 
     def translate_nbest(
-        self, lines: Sequence[str], nbest: int = 1, **options: Unpack[DecodeOptions]
+        self,
+        lines: Sequence[str],
+        nbest: int = 1,
+        *,
+        split_sentences: bool = True,
+        **options: Unpack[DecodeOptions],
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
         empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
         given; `sampling` draws one hypothesis per line instead of searching) apply to this call
-        only; one out of range, or in conflict with another, raises `SettingError`."""
+        only; one out of range, or in conflict with another, raises `SettingError`. A line of
+        several sentences gets as its i-th hypothesis the i-th of each sentence, joined, scored by
+        their mean."""
         lines = text_lines(lines, "translate_nbest")
-        return self.translate_with(lines, self._settings_of(options, nbest))
+        return [
+            r.hyps for r in self.translate_texts(lines, self._settings_of(options, nbest), split_sentences)
+        ]
 
     def _settings_of(self, options: DecodeOptions, nbest: int) -> DecodeSettings:
         unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
@@ -190,7 +211,15 @@ class Translator:
         return settings
 
     def translate_with(self, lines: Sequence[str], settings: DecodeSettings) -> list[Hypotheses]:
-        """Hypotheses for each line with settings made by `settings()`."""
+        """Hypotheses for each line, whole, with settings made by `settings()`."""
+        return [r.hyps for r in self.translate_results(lines, settings)]
+
+    def translate_results(self, lines: Sequence[str], settings: DecodeSettings) -> list[Result]:
+        """Each line translated whole, with its alignment where `settings.alignments` asks."""
+        if settings.alignments and not isinstance(self.src_spm, SentencePieceProcessor):
+            raise SettingError(
+                "alignments", True, f"{self.source} tokenizes with Moses and BPE: no word alignment"
+            )
         if self._pool is None:
             with self._lock:
                 return self._translate(list(lines), settings)
@@ -198,6 +227,16 @@ class Translator:
         with self._lock:
             self.truncated += truncated
         return results
+
+    def translate_texts(
+        self, texts: Sequence[str], settings: DecodeSettings, split: bool = True
+    ) -> list[Result]:
+        """Each text translated sentence by sentence (`split`; else whole), the translations joined
+        with the whitespace between the sentences; an alignment counts words over the whole text."""
+        if not split:
+            return self.translate_results(texts, settings)
+        language = self.languages[0] if self.languages else "en"
+        return translate_by_sentence(self.translate_results, texts, settings, language)
 
     @property
     def workers(self) -> int:
@@ -232,7 +271,7 @@ class Translator:
             self._pool.close()
             self._pool = None
 
-    def _translate_part(self, lines: list[str], settings: DecodeSettings) -> tuple[list[Hypotheses], int]:
+    def _translate_part(self, lines: list[str], settings: DecodeSettings) -> tuple[list[Result], int]:
         """A worker's share of a call: its lines' results and how many it truncated."""
         before = self.truncated
         return self._translate(lines, settings), self.truncated - before
@@ -248,10 +287,11 @@ class Translator:
             self.truncated += 1
         return np.asarray(pieces, dtype=np.int64)
 
-    def _translate(self, lines: list[str], settings: DecodeSettings) -> list[Hypotheses]:
+    def _translate(self, lines: list[str], settings: DecodeSettings) -> list[Result]:
         ids = [self.source_ids(line) for line in lines]
         todo = [i for i, x in enumerate(ids) if len(x)]
-        results: list[Hypotheses] = [_padded([("", 0.0)], settings.nbest) for _ in lines]
+        blank = Result(padded([("", 0.0)], settings.nbest), () if settings.alignments else None)
+        results = [blank] * len(lines)
         hyps = translate_sentences(
             self.ensemble,
             [ids[i] for i in todo],
@@ -265,133 +305,14 @@ class Translator:
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
-            results[i] = _padded(found or [("", 0.0)], settings.nbest)
-        return results
-
-
-def _padded(hyps: Hypotheses, nbest: int) -> Hypotheses:
-    """Exactly `nbest` hypotheses: where the search found fewer distinct ones (an empty line, tight
-    length limits), the rest are empty with score -inf."""
-    return hyps + [("", float("-inf"))] * (nbest - len(hyps))
-
-
-def default_precision(device: torch.device) -> str:
-    """The fastest precision that keeps quality on `device` (see bench/decode_vs_ctranslate2.py)."""
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    # fbgemm's int8 runs on any x86 CPU and was the fastest there within 0.3 BLEU of fp32: on an
-    # AVX2-only AMD EPYC (15% faster than fp32, where bf16 is emulated and tens of times slower),
-    # and ahead of bf16 where the CPU multiplies bf16 with AVX512-BF16 alone: bf16 took 1.10x
-    # int8's time on an AMD EPYC (5,000 lines, beam 4, paired whole-process runs) and 1.69x on an
-    # Intel Xeon (bench/decode_vs_ctranslate2.py). With AMX, bf16 is ahead: 16.3 s against 20.0 s
-    # for int8 on an Intel Xeon (the same lines, paired runs). Elsewhere int8 has no tuned kernel
-    # here: bf16 where the hardware has it, else fp32.
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        return "bf16" if cpu_has_amx() else "int8"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
-
-
-def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
-    """Decoding processes: as asked; by default one per core on CPU (each of one thread), unless a
-    thread count is given, which then goes to a single process."""
-    if device.type != "cpu":
-        return 1
-    if runtime.workers == 0:
-        return 1 if runtime.threads > 0 else min(usable_cores(), MAX_AUTO_WORKERS)
-    return runtime.workers
-
-
-def load_translator(
-    paths: list[Path],
-    device: torch.device,
-    precision: str,
-    overrides: DecodeOverrides = DecodeOverrides(),
-) -> Translator:
-    """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
-    check_precision(precision, device, PRECISIONS)
-    return _ensemble([(path, checkpoint.load(path)) for path in paths], device, precision, overrides)
-
-
-def load_translators(
-    paths: list[Path],
-    device: torch.device,
-    precision: str,
-    overrides: DecodeOverrides = DecodeOverrides(),
-) -> list[tuple[Translator, list[Path]]]:
-    """One translator per language pair that the checkpoints record, with its checkpoints, in the
-    order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that
-    record no languages (an older nmt's) can only be served alone or with each other: nothing
-    would route to them."""
-    check_precision(precision, device, PRECISIONS)
-    pairs: dict[tuple[str, str] | None, list[tuple[Path, checkpoint.Checkpoint]]] = {}
-    for path in paths:
-        ckpt = checkpoint.load(path)
-        pairs.setdefault(ckpt.languages, []).append((path, ckpt))
-    if None in pairs and len(pairs) > 1:
-        path = pairs[None][0][0]
-        raise InputError(
-            f"checkpoint {path}: records no languages, so requests cannot be routed to it beside "
-            "other language pairs; serve it on its own"
-        )
-    return [
-        (_ensemble(group, device, precision, overrides), [path for path, _ in group])
-        for group in pairs.values()
-    ]
-
-
-def _ensemble(
-    loaded: list[tuple[Path, checkpoint.Checkpoint]],
-    device: torch.device,
-    precision: str,
-    overrides: DecodeOverrides,
-) -> Translator:
-    if precision == "int8" and device.type != "cpu":
-        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
-    paths = [path for path, _ in loaded]
-    models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
-    for path, ckpt in loaded:
-        run_cfg = ckpt.run_config(path)
-        if spm_models is None:
-            spm_models, tokenizers, cfg = ckpt.spm, ckpt.tokenizers, run_cfg
-            if ckpt.shortlist is not None:
-                sizes = (run_cfg.model.src_vocab_size, run_cfg.model.tgt_vocab_size)
-                shortlist = Shortlist.from_dict(ckpt.shortlist, *sizes, f"checkpoint {path}").to(device)
-        elif ckpt.spm != spm_models or ckpt.tokenizers != tokenizers:
-            raise InputError(
-                f"cannot ensemble {paths[0]} and {path}: they were trained with different "
-                "sentencepiece models"
+            results[i] = Result(padded(found or [("", 0.0)], settings.nbest))
+        if settings.alignments:
+            best = [sentence[0].tokens if sentence else [] for sentence in hyps]
+            src_spm, tgt_spm = (
+                cast(SentencePieceProcessor, self.src_spm),
+                cast(SentencePieceProcessor, self.tgt_spm),
             )
-        direction = checkpoint.one_direction(direction, ckpt, path, "ensemble")
-        model = Transformer.holding(run_cfg.model, ckpt.model)
-        models.append(for_decoding(model.eval().to(device), precision))
-    assert cfg is not None and spm_models is not None
-    translator = Translator(
-        Ensemble(models),
-        overrides.apply(cfg.decode),
-        *processors(spm_models, tokenizers),
-        device,
-        precision,
-        direction[1] if direction else None,
-        shortlist,
-        paths[0],
-    )
-    translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
-    return translator
-
-
-def for_decoding(model: Transformer, precision: str) -> Transformer:
-    """The model in the form that decodes fastest at `precision`, converted once at load: per-step
-    casts (autocast) cost more than the arithmetic they save at decoding's small batches."""
-    if precision in ("bf16", "fp16"):
-        return model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
-    if precision != "int8":
-        return model
-    if model.output_proj is None:
-        # A projection of its own that shares the embedding matrix, so that it is quantized too:
-        # it holds most of a small model's arithmetic per step.
-        # Made on the meta device: drawing initial weights only to replace them took 30 ms of
-        # every start with a 32,000-piece vocabulary.
-        tied = nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size, bias=False, device="meta")
-        tied.weight = model.tgt_embed.tokens.weight
-        model.output_proj = tied
-    return cast(Transformer, int8.quantize(model))
+            aligned = best_alignments(self.ensemble.models[0], src_spm, tgt_spm, [ids[i] for i in todo], best)
+            for i, alignment in zip(todo, aligned, strict=True):
+                results[i] = Result(results[i].hyps, alignment)
+        return results

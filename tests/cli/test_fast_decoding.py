@@ -17,7 +17,7 @@ from conftest import TrainedRun, nmt_command, sentences, subprocess_env
 
 from nmt_cli import Sampling, Translator
 from nmt_cli.config import RuntimeConfig
-from nmt_cli.decoding.translator import decoding_workers
+from nmt_cli.decoding.loading import decoding_workers
 from nmt_cli.decoding.workers import WorkerDied, WorkerPool
 from nmt_cli.errors import InputError
 
@@ -178,9 +178,9 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
 def test_cpu_default_precision_is_int8_on_x86_bf16_with_amx_and_never_emulated_bf16(
     monkeypatch: pytest.MonkeyPatch, hardware_bf16: bool, amx: bool, machine: str, expected: str
 ) -> None:
-    from nmt_cli.decoding import translator
+    from nmt_cli.decoding import loading
 
-    monkeypatch.setattr(translator, "cpu_has_fast_bf16", lambda: hardware_bf16)
-    monkeypatch.setattr(translator, "cpu_has_amx", lambda: amx)
-    monkeypatch.setattr(translator.platform, "machine", lambda: machine)
-    assert translator.default_precision(torch.device("cpu")) == expected
+    monkeypatch.setattr(loading, "cpu_has_fast_bf16", lambda: hardware_bf16)
+    monkeypatch.setattr(loading, "cpu_has_amx", lambda: amx)
+    monkeypatch.setattr(loading.platform, "machine", lambda: machine)
+    assert loading.default_precision(torch.device("cpu")) == expected

@@ -86,7 +86,9 @@ def test_random_bytes_get_one_output_line_per_input_line(
     data = ending.join(parts) + (ending if final and parts else b"")
     out = io.StringIO()
     with one_thread():
-        translate = functools.partial(translator.translate_nbest, nbest=1, batch_tokens=256)
+        # Sentence by sentence: splitting must not change how many lines come out either.
+        settings = translator.settings(batch_tokens=256)
+        translate = functools.partial(translator.translate_texts, settings=settings, split=True)
         _translate_stream(translate, io.BytesIO(data), "fuzz", out, buffer_size=3, nbest=1)
     assert out.getvalue().count("\n") == expected_lines(data)
 

@@ -37,3 +37,8 @@ def test_the_sentences_and_gaps_give_the_text_back(text: str, language: str) -> 
     split = split_sentences(text, language)
     assert split.join(list(split.sentences)) == text
     assert all(s and s == s.strip() for s in split.sentences)
+
+
+def test_a_lone_surrogate_is_cut_around_and_kept() -> None:
+    split = split_sentences("Bad \ud800 char. Next one.", "en")
+    assert split.sentences == ("Bad \ud800 char.", "Next one.")

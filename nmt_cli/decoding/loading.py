@@ -1,0 +1,153 @@
+"""Checkpoints loaded as Translators: ensembles checked to agree, models converted once for the
+precision they decode in, and the defaults of precision and worker processes for a device."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import torch
+from torch import nn
+
+from nmt_cli import checkpoint
+from nmt_cli.config import DecodeOverrides, RuntimeConfig
+from nmt_cli.data.shortlist import Shortlist
+from nmt_cli.data.spm import processors
+from nmt_cli.decoding import int8
+from nmt_cli.decoding.search import Ensemble
+from nmt_cli.decoding.workers import usable_cores
+from nmt_cli.device import check_precision, cpu_has_amx, cpu_has_fast_bf16
+from nmt_cli.errors import InputError
+from nmt_cli.model import Transformer
+
+if TYPE_CHECKING:
+    from nmt_cli.decoding.translator import Translator
+
+MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
+
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+"""fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
+log-probabilities stay float32); int8: every linear layer, the output projection included, with
+int8 weights per output channel and activations per row (`decoding.int8`; CPU only), so that a
+line's output does not depend on the lines batched with it."""
+
+
+def default_precision(device: torch.device) -> str:
+    """The fastest precision that keeps quality on `device` (see bench/decode_vs_ctranslate2.py)."""
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    # On x86, fbgemm's int8 is ahead of fp32 and of bf16 done with AVX512-BF16 alone, within
+    # 0.3 BLEU of fp32; with AMX, bf16 is ahead of int8 (docs/benchmarks.md). Elsewhere int8 has
+    # no tuned kernel: bf16 where the hardware has it, else fp32.
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return "bf16" if cpu_has_amx() else "int8"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
+    """Decoding processes: as asked; by default one per core on CPU (each of one thread), unless a
+    thread count is given, which then goes to a single process."""
+    if device.type != "cpu":
+        return 1
+    if runtime.workers == 0:
+        return 1 if runtime.threads > 0 else min(usable_cores(), MAX_AUTO_WORKERS)
+    return runtime.workers
+
+
+def load_translator(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides = DecodeOverrides(),
+) -> Translator:
+    """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
+    check_precision(precision, device, PRECISIONS)
+    return _ensemble([(path, checkpoint.load(path)) for path in paths], device, precision, overrides)
+
+
+def load_translators(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides = DecodeOverrides(),
+) -> list[tuple[Translator, list[Path]]]:
+    """One translator per language pair that the checkpoints record, with its checkpoints, in the
+    order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that
+    record no languages (an older nmt's) can only be served alone or with each other: nothing
+    would route to them."""
+    check_precision(precision, device, PRECISIONS)
+    pairs: dict[tuple[str, str] | None, list[tuple[Path, checkpoint.Checkpoint]]] = {}
+    for path in paths:
+        ckpt = checkpoint.load(path)
+        pairs.setdefault(ckpt.languages, []).append((path, ckpt))
+    if None in pairs and len(pairs) > 1:
+        path = pairs[None][0][0]
+        raise InputError(
+            f"checkpoint {path}: records no languages, so requests cannot be routed to it beside "
+            "other language pairs; serve it on its own"
+        )
+    return [
+        (_ensemble(group, device, precision, overrides), [path for path, _ in group])
+        for group in pairs.values()
+    ]
+
+
+def _ensemble(
+    loaded: list[tuple[Path, checkpoint.Checkpoint]],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides,
+) -> Translator:
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
+    paths = [path for path, _ in loaded]
+    models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
+    for path, ckpt in loaded:
+        run_cfg = ckpt.run_config(path)
+        if spm_models is None:
+            spm_models, tokenizers, cfg = ckpt.spm, ckpt.tokenizers, run_cfg
+            if ckpt.shortlist is not None:
+                sizes = (run_cfg.model.src_vocab_size, run_cfg.model.tgt_vocab_size)
+                shortlist = Shortlist.from_dict(ckpt.shortlist, *sizes, f"checkpoint {path}").to(device)
+        elif ckpt.spm != spm_models or ckpt.tokenizers != tokenizers:
+            raise InputError(
+                f"cannot ensemble {paths[0]} and {path}: they were trained with different "
+                "sentencepiece models"
+            )
+        direction = checkpoint.one_direction(direction, ckpt, path, "ensemble")
+        model = Transformer.holding(run_cfg.model, ckpt.model)
+        models.append(for_decoding(model.eval().to(device), precision))
+    assert cfg is not None and spm_models is not None
+    from nmt_cli.decoding.translator import Translator  # which loads through this module
+
+    translator = Translator(
+        Ensemble(models),
+        overrides.apply(cfg.decode),
+        *processors(spm_models, tokenizers),
+        device,
+        precision,
+        direction[1] if direction else None,
+        shortlist,
+        paths[0],
+    )
+    translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
+    return translator
+
+
+def for_decoding(model: Transformer, precision: str) -> Transformer:
+    """The model in the form that decodes fastest at `precision`, converted once at load: per-step
+    casts (autocast) cost more than the arithmetic they save at decoding's small batches."""
+    if precision in ("bf16", "fp16"):
+        return model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
+    if precision != "int8":
+        return model
+    if model.output_proj is None:
+        # A projection of its own that shares the embedding matrix, so that it is quantized too:
+        # it holds most of a small model's arithmetic per step.
+        # Made on the meta device: drawing initial weights only to replace them took 30 ms of
+        # every start with a 32,000-piece vocabulary.
+        tied = nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size, bias=False, device="meta")
+        tied.weight = model.tgt_embed.tokens.weight
+        model.output_proj = tied
+    return cast(Transformer, int8.quantize(model))

@@ -1,0 +1,58 @@
+"""Word alignments: pieces grouped into words, links shifted across the sentences of a line, and
+on the tiny copy model (which translates a line into itself) each word aligned to itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from conftest import TrainedRun, one_thread, sentences
+
+from nmt_cli import Translator
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.alignment import pharaoh, word_alignment, word_of_pieces
+from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.decoding.texts import Result, translate_by_sentence
+
+
+@pytest.fixture(scope="module")
+def translator(trained: TrainedRun) -> Iterator[Translator]:
+    with one_thread():
+        yield Translator.load(trained.checkpoint, device="cpu")
+
+
+def test_a_word_starts_at_each_piece_after_whitespace() -> None:
+    assert word_of_pieces(["▁A", "▁do", "g", "▁runs", "."]) == [0, 1, 1, 2, 2]
+    assert word_of_pieces(["in", "side", "▁out"]) == [0, 0, 1]  # a first piece starts a word anyway
+
+
+def test_piece_links_become_word_links_in_pharaoh_order() -> None:
+    src = ["▁Ein", "▁Hund", "▁läuft", "."]
+    tgt = ["▁A", "▁do", "g", "▁runs", "."]
+    links = np.array([0, 1, 1, 2, 3])  # target piece j attends to source piece links[j]
+    assert word_alignment(links, src, tgt) == ((0, 0), (1, 1), (2, 2))
+    assert pharaoh(((0, 0), (2, 1), (1, 2))) == "0-0 2-1 1-2"
+
+
+def test_the_copy_model_aligns_each_word_to_itself(translator: Translator) -> None:
+    lines = sentences(20, seed=5, min_words=2)
+    for line, (text, alignment) in zip(lines, translator.translate(lines, alignments=True), strict=True):
+        assert text == line
+        assert alignment == tuple((i, i) for i in range(len(line.split()))), line
+
+
+def test_sentence_links_count_words_over_the_whole_line() -> None:
+    def fake(sentences: list[str], settings: DecodeSettings) -> list[Result]:
+        # Reverses each sentence's words, and says so in its alignment.
+        out = []
+        for s in sentences:
+            words = s.split()
+            n = len(words)
+            out.append(Result([(" ".join(reversed(words)), -1.0)], tuple((i, n - 1 - i) for i in range(n))))
+        return out
+
+    settings = DecodeSettings(DecodeConfig(), alignments=True)
+    (result,) = translate_by_sentence(fake, ["  One two.  Three four five. "], settings, "en")
+    assert result.hyps == [("two. One  five. four Three", -1.0)]
+    assert result.alignment == ((0, 1), (1, 0), (2, 4), (3, 3), (4, 2))
