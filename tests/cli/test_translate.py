@@ -304,16 +304,16 @@ def test_a_missing_model_fails_in_one_line(tmp_path: Path, capsys: pytest.Captur
 
 def fail_after_first_buffer(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> list[list[str]]:
     """Make the translator raise `error` on its second buffer; returns the buffers it translated."""
-    real = Translator.translate_with
+    real = Translator.translate_results  # every way of translating goes through it
     seen: list[list[str]] = []
 
-    def translate_with(self: Translator, lines: list[str], *args: object, **kwargs: object) -> object:
+    def translate_results(self: Translator, lines: list[str], *args: object, **kwargs: object) -> object:
         if seen:
             raise error
         seen.append(list(lines))
         return real(self, lines, *args, **kwargs)
 
-    monkeypatch.setattr(Translator, "translate_with", translate_with)
+    monkeypatch.setattr(Translator, "translate_results", translate_results)
     return seen
 
 
