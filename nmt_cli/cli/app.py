@@ -323,6 +323,9 @@ def translate(
     alignments: Annotated[
         bool, typer.Option(help="After each translation, a tab and its word alignment (Pharaoh 'i-j' pairs).")
     ] = False,
+    format_: Annotated[
+        str, typer.Option("--format", help="text, or html: each line an HTML fragment, its markup kept.")
+    ] = "text",
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -356,6 +359,7 @@ def translate(
         sampling=drawn,
         split_sentences=split_sentences,
         alignments=alignments,
+        text_format=format_,
     )
 
 

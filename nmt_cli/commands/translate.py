@@ -23,9 +23,9 @@ from typing import BinaryIO, TextIO
 from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.decoding.alignment import pharaoh
-from nmt_cli.decoding.settings import Sampling, resolve
+from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve
 from nmt_cli.decoding.texts import Result
-from nmt_cli.decoding.translator import decoding_workers, default_precision, load_translator
+from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory, not_an_input, output_target
@@ -33,6 +33,7 @@ from nmt_cli.report import Reporter
 
 Translate = Callable[[list[str]], list[Result]]
 """A configured `Translator.translate_texts`: lines in, their hypotheses (and alignments) out."""
+FORMATS = ("text", "html")
 Write = Callable[..., None]
 """`_translate_stream` with its input and settings bound: (output stream, flushed callback)."""
 
@@ -50,15 +51,23 @@ def run(
     sampling: Sampling | None = None,
     split_sentences: bool = False,
     alignments: bool = False,
+    text_format: str = "text",
 ) -> None:
     """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`;
     `split_sentences`: each line sentence by sentence; `alignments`: each translation followed by a
-    tab and its word alignment (Pharaoh's "i-j" pairs)."""
+    tab and its word alignment (Pharaoh's "i-j" pairs); `text_format` "html": each line an HTML
+    fragment, translated with its markup kept (its blocks sentence by sentence)."""
     reporter = Reporter(quiet)
     if buffer_size < 1:
         raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
     if alignments and nbest > 1:
         raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
+    if text_format not in FORMATS:
+        raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
+    if text_format == "html" and (nbest > 1 or alignments):
+        raise InputError(
+            "--format html: one translation a line, with its markup; leave out --nbest and --alignments"
+        )
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
     resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
     dev = resolve_device(runtime.device)
@@ -78,7 +87,12 @@ def run(
     source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate = functools.partial(translator.translate_texts, settings=settings, split=split_sentences)
+    translate: Translate
+    if text_format == "html":
+        translate = functools.partial(_html_results, translator, settings)
+    else:
+        translate = functools.partial(translator.translate_texts, settings=settings, split=split_sentences)
+
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
         _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest, emptied=emptied
@@ -104,6 +118,10 @@ def run(
             f"{translator.truncated} input lines were longer than the model's "
             f"{translator.max_source} pieces and were truncated"
         )
+
+
+def _html_results(translator: Translator, settings: DecodeSettings, fragments: list[str]) -> list[Result]:
+    return [Result([(text, 0.0)]) for text in translator.translate_markup(fragments, settings)]
 
 
 def _translate_to_stream(write: Write, output_path: Path, target: Path) -> None:

@@ -7,6 +7,7 @@
     t.translate(["A man rides a bike."], sampling=Sampling("topk", topk=10, seed=7))  # a random draw
     t.translate(["A man rides a bike."], shortlist=True)  # over the model's shortlist (`nmt shortlist`)
     t.translate(["A dog runs."], alignments=True)  # [(text, ((0, 0), (1, 1), ...))]: word links
+    t.translate_html(["<p>A <b>big</b> dog runs.</p>"])  # markup kept, on the aligned words
 
 A line of several sentences is cut into sentences, each translated alone, and the translations
 joined with the whitespace that separated them (`split_sentences=False` translates lines whole).
@@ -164,6 +165,30 @@ class Translator:
         if alignments:
             return [(r.hyps[0][0], r.alignment or ()) for r in results]
         return [r.hyps[0][0] for r in results]
+
+    def translate_html(self, fragments: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
+        """Each HTML fragment translated with its markup: blocks as whole sentences, inline elements
+        on the words aligned to theirs, mentions, hashtags, links, code and attributes kept as
+        they are (`decoding.markup`; needs lxml: `pip install "nmt-cli[html]"`)."""
+        fragments = text_lines(fragments, "translate_html")
+        return self.translate_markup(
+            fragments, dataclasses.replace(self._settings_of(options, 1), scores=False)
+        )
+
+    def translate_markup(self, fragments: Sequence[str], settings: DecodeSettings) -> list[str]:
+        """HTML fragments translated with settings made by `settings()`; a MarkupError (an
+        InputError) for one that cannot be parsed."""
+        try:
+            from nmt_cli.decoding import markup
+        except ImportError as err:
+            raise InputError(f'HTML needs lxml ({err}): pip install "nmt-cli[html]"') from None
+        # Models tokenized with Moses and BPE give no alignment: their tags go by relative position.
+        aligned = dataclasses.replace(settings, alignments=isinstance(self.src_spm, SentencePieceProcessor))
+
+        def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
+            return [(r.hyps[0][0], r.alignment or ()) for r in self.translate_texts(texts, aligned)]
+
+        return markup.translate_fragments(list(fragments), translate)
 
     def translate_nbest(
         self,

@@ -1,0 +1,113 @@
+"""HTML translated with its markup (decoding.markup), with stand-in translators whose alignment is
+known: the words come out upper-cased in order, or reversed. What a status from Mastodon holds
+(mentions, hashtags, links, entities, <br>) survives byte for byte, inline elements land on the
+aligned words, and any input, malformed too, gives HTML with the same elements and attributes."""
+
+from __future__ import annotations
+
+import lxml.html
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmt_cli.decoding.alignment import Alignment
+from nmt_cli.decoding.markup import translate_fragments
+
+ANNA = '<a href="https://mastodon.social/@anna" class="u-url mention">@<span>anna</span></a>'
+MENTION = f'<span class="h-card">{ANNA}</span>'
+HASHTAG = (
+    '<a href="https://mastodon.social/tags/summer" class="mention hashtag" rel="tag">#<span>summer</span></a>'
+)
+LINK = (
+    '<a href="https://example.org/a?b=1&amp;c=2" target="_blank" rel="nofollow noopener noreferrer">'
+    '<span class="invisible">https://</span><span class="ellipsis">example.org/a?b=1&amp;c=2</span></a>'
+)
+
+
+def upper(texts: list[str]) -> list[tuple[str, Alignment]]:
+    return [(t.upper(), tuple((i, i) for i in range(len(t.split())))) for t in texts]
+
+
+def reverse(texts: list[str]) -> list[tuple[str, Alignment]]:
+    out = []
+    for text in texts:
+        words = text.split()
+        n = len(words)
+        out.append((" ".join(reversed(words)).upper(), tuple((i, n - 1 - i) for i in range(n))))
+    return out
+
+
+def elements(fragment: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    root = lxml.html.fragment_fromstring(fragment, create_parent="div")
+    return sorted((e.tag, tuple(sorted(e.attrib.items()))) for e in root.iter() if e is not root)
+
+
+def test_a_mastodon_status_keeps_mentions_hashtags_links_and_breaks() -> None:
+    status = f"<p>{MENTION} Hello &amp; <strong>good</strong> day!<br>See {LINK} now {HASHTAG}</p>"
+    (out,) = translate_fragments([status], upper)
+    assert out == f"<p>{MENTION} HELLO &amp; <strong>GOOD</strong> DAY!<br>SEE {LINK} NOW {HASHTAG}</p>"
+
+
+def test_inline_elements_follow_their_words_and_atoms_the_word_before_them() -> None:
+    (out,) = translate_fragments([f"<p>one <em>two</em> three {HASHTAG} four</p>"], reverse)
+    # four three two one: <em> stays on TWO; the hashtag follows THREE, the word before it
+    assert out == f"<p>FOUR THREE {HASHTAG} <em>TWO</em> ONE</p>"
+
+
+def test_nested_inline_elements_stay_nested() -> None:
+    (out,) = translate_fragments(["a <b>bold <i>it</i></b> x"], reverse)
+    assert out == "X <b><i>IT</i> BOLD</b> A"
+
+
+def test_blocks_are_translated_apart_and_code_is_not_translated() -> None:
+    (out,) = translate_fragments(
+        ["<ul><li>one two</li><li><em>three</em></li></ul><pre>keep me</pre>x <code>a = b</code> y"], upper
+    )
+    assert out == "<ul><li>ONE TWO</li><li><em>THREE</em></li></ul><pre>keep me</pre>X <code>a = b</code> Y"
+
+
+def test_script_and_markup_in_text_come_out_as_text_or_untouched() -> None:
+    (out,) = translate_fragments(["<p>x &lt;script&gt; y</p><script>alert(1)</script>"], upper)
+    assert out == "<p>X &lt;SCRIPT&gt; Y</p><script>alert(1)</script>"
+
+
+def test_malformed_html_is_repaired_as_the_parser_repairs_it() -> None:
+    (out,) = translate_fragments(["Hi <b>there <i>you</b> x</i> & < 3 <p>unclosed"], upper)
+    assert out == "HI <b>THERE <i>YOU</i></b> X &amp; &lt; 3 <p>UNCLOSED</p>"
+
+
+def test_plain_blank_and_whitespace_fragments() -> None:
+    assert translate_fragments(["plain text", "", "  ", "<p> </p>"], upper) == [
+        "PLAIN TEXT",
+        "",
+        "  ",
+        "<p> </p>",
+    ]
+
+
+TAGS = st.sampled_from(["b", "i", "em", "strong", "span", "a", "p", "li", "br", "code", "div"])
+WORDS = st.sampled_from(["one", "two", "three", "&amp;", " ", "<", "x.", "Ünï"])
+
+
+@st.composite
+def fragments(draw: st.DrawFn) -> str:
+    parts = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.integers(0, 2))
+        tag = draw(TAGS)
+        if kind == 0:
+            parts.append(draw(WORDS) + " ")
+        elif kind == 1:
+            parts.append(f'<{tag} class="c{draw(st.integers(0, 3))}">')
+        else:
+            parts.append(f"</{tag}>")
+    return "".join(parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fragments(), st.sampled_from([upper, reverse]))
+def test_any_fragment_gives_html_with_the_same_elements_and_attributes(
+    fragment: str, translate: object
+) -> None:
+    (out,) = translate_fragments([fragment], translate)  # type: ignore[arg-type]
+    if fragment.strip():
+        assert elements(out) == elements(fragment)
