@@ -64,19 +64,45 @@ Event = tuple[str, object]
 
 def translate_fragments(fragments: list[str], translate: Translate) -> list[str]:
     """Each HTML fragment translated, its markup kept; raises MarkupError for one lxml cannot parse."""
-    parsed = [_events(fragment) for fragment in fragments]
-    units = [event[1] for events in parsed for event in events if event[0] == "unit"]
-    texts = [unit.text for unit in units if isinstance(unit, _Unit)]
-    translated = iter(translate([t.strip() for t in texts if t.strip()]))
-    rebuilt: dict[int, list[Event]] = {}
-    for unit in units:
-        assert isinstance(unit, _Unit)
-        if unit.text.strip():
-            target, alignment = next(translated)
-            rebuilt[id(unit)] = _projected(unit, target, alignment)
-        else:
-            rebuilt[id(unit)] = _as_is(unit)
-    return [_serialised(events, rebuilt) for events in parsed]
+    parsed = Parsed.of(fragments)
+    return parsed.rebuild(translate(parsed.texts))
+
+
+@dataclass
+class Parsed:
+    """Fragments read for translation: `texts` to translate (the units with words, stripped), and
+    `rebuild` to put their translations back into the markup. A server translates the texts with
+    its own queue between the two."""
+
+    events: list[list[Event]]
+    units: list[_Unit]
+
+    @classmethod
+    def of(cls, fragments: list[str]) -> Parsed:
+        events = [_events(fragment) for fragment in fragments]
+        units = [
+            unit
+            for sequence in events
+            for kind, unit in sequence
+            if kind == "unit" and isinstance(unit, _Unit)
+        ]
+        return cls(events, units)
+
+    @property
+    def texts(self) -> list[str]:
+        return [unit.text.strip() for unit in self.units if unit.text.strip()]
+
+    def rebuild(self, translations: list[tuple[str, Alignment]]) -> list[str]:
+        """The fragments with `translations` (one for each of `texts`, in order) in place."""
+        translated = iter(translations)
+        rebuilt: dict[int, list[Event]] = {}
+        for unit in self.units:
+            if unit.text.strip():
+                target, alignment = next(translated)
+                rebuilt[id(unit)] = _projected(unit, target, alignment)
+            else:
+                rebuilt[id(unit)] = _as_is(unit)
+        return [_serialised(sequence, rebuilt) for sequence in self.events]
 
 
 def _is_atom(element: _Element) -> bool:

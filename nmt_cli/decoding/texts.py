@@ -48,8 +48,21 @@ def translate_by_sentence(
     """Each text cut into sentences by `language`'s rules, all sentences translated in one call of
     `translate`, and each text's translations joined with the whitespace between its sentences
     (what surrounds the text is left out, as a line translated whole has none)."""
-    splits = [_inner(split_sentences(text, language)) for text in texts]
-    flat = translate([s for split in splits for s in split.sentences], settings)
+    splits = split_texts(texts, language)
+    return join_results(splits, translate(sentences_of(splits), settings), settings)
+
+
+def split_texts(texts: Sequence[str], language: str) -> list[Split]:
+    """Each text's sentences, by `language`'s rules, without the whitespace around the text."""
+    return [_inner(split_sentences(text, language)) for text in texts]
+
+
+def sentences_of(splits: list[Split]) -> list[str]:
+    return [sentence for split in splits for sentence in split.sentences]
+
+
+def join_results(splits: list[Split], flat: list[Result], settings: DecodeSettings) -> list[Result]:
+    """The results of `sentences_of(splits)`, joined back into one result a text."""
     results, at = [], 0
     for split in splits:
         count = len(split.sentences)
