@@ -1,7 +1,9 @@
 """`nmt serve`: translation over HTTP on top of `decoding`.
 
-`batcher` merges requests from concurrent clients into decode calls (no HTTP, no model); `app` is
-the FastAPI app that answers each request once `requests` has checked it (its decode settings by
-`decoding.settings`) and picked its language pair; `server` binds the socket and runs uvicorn
-until SIGTERM.
+`batcher` merges requests from concurrent clients into decode calls (no HTTP, no model); `app`
+assembles the FastAPI app from `routes` (nmt's own, LibreTranslate's, the server's status), which
+answer each request once `dependencies` has read it and checked its key and `requests` has checked
+its fields (its decode settings by `decoding.settings`) and picked its language pair; `service`
+holds what the routes share. `server` binds the socket and runs uvicorn, with `connection_guard`
+bounding slow and greedy clients, until SIGTERM.
 """

@@ -269,18 +269,19 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(trained: TrainedRun, of
             thread.start()
         server.wait_for_queued(3)  # all three wait for their batch (2 s)
         server.process.send_signal(signal.SIGTERM)
-        refused = False
-        deadline = time.monotonic() + 1.5
-        while not refused and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while True:  # until new connections are no longer accepted
             try:
                 httpx.get(server.url + "/health", timeout=5)
-                time.sleep(0.05)
             except httpx.TransportError:
-                refused = True  # new connections are no longer accepted
+                break
+            assert time.monotonic() < deadline, "new connections were still accepted"
+            time.sleep(0.05)
+        refused_in_flight = not results  # refused while the three still waited for their answers
         for thread in threads:
             thread.join(60)
         assert server.process.wait(60) == 0
-    assert refused
+    assert refused_in_flight
     for i, line in enumerate(lines):
         assert results[i].status_code == 200
         assert results[i].json() == {"translations": translate_offline(offline, [line])}
@@ -349,8 +350,12 @@ def test_a_dead_worker_costs_no_request_and_the_port_closes_with_the_server(trai
         workers = children(server.process.pid)
         assert len(workers) == 2
         assert server.post({"text": ["apple river"]}).json() == {"translations": ["apple river"]}
-        os.kill(min(workers), signal.SIGKILL)  # idle, as an out-of-memory kill would leave it
-        time.sleep(0.5)
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)  # idle, as an out-of-memory kill would leave it
+        deadline = time.monotonic() + 10
+        while alive(victim):  # dead before the next request comes
+            assert time.monotonic() < deadline, "the killed worker is still running"
+            time.sleep(0.02)
         answer = server.post({"text": ["stone cloud"]})
         assert answer.status_code == 200 and answer.json() == {"translations": ["stone cloud"]}
         assert server.stats()["status"] == "ok"

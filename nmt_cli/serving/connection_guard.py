@@ -1,0 +1,125 @@
+"""uvicorn's HTTP/1.1 protocol with two bounds that keep slow or greedy clients from holding the
+server's connections (uvicorn's limit_concurrency counts open connections, however idle):
+
+- a request, headers and body, must arrive within `limits.request_timeout` seconds of the
+  connection (or, on a kept-alive connection, of its first byte): a client that sends part of a
+  request, or nothing, gets 408 and is closed;
+- one client address holds at most `limits.max_client_connections` open connections: the next
+  gets 429 and is closed.
+
+It imports uvicorn and h11 (the serve extra): `server` imports it only once the server runs.
+"""
+
+import asyncio
+import json
+from collections import Counter
+from typing import ClassVar
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from nmt_cli.serving.limits import ServeLimits
+
+LINGER_S = 2.0  # how long a refused connection is read and dropped before it is closed
+UNFINISHED = (h11.IDLE, h11.SEND_BODY)  # the client's states before its request is complete
+
+
+class GuardedProtocol(H11Protocol):
+    """One connection. uvicorn makes one instance per connection from the class it is given,
+    so what the connections of a server share lives on a class of that server's own
+    (`bounded_by`)."""
+
+    limits: ClassVar[ServeLimits]
+    open_by_client: ClassVar[Counter[str]]
+    """Open connections by client address, over all of the server's connections."""
+
+    _deadline: asyncio.TimerHandle | None = None
+    _address: str | None = None
+    _refused = False
+
+    @classmethod
+    def bounded_by(cls, limits: ServeLimits) -> type["GuardedProtocol"]:
+        """The protocol class of one server: its limits and its own count of connections."""
+        return type(cls.__name__, (cls,), {"limits": limits, "open_by_client": Counter()})
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self.client:
+            self._address = self.client[0]
+            self.open_by_client[self._address] += 1
+            if self.open_by_client[self._address] > self.limits.max_client_connections:
+                self._refuse_one_too_many()
+                return
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered and closing: what still arrives is read and dropped
+        if self._deadline is None and self.conn.their_state is h11.IDLE:
+            self._arm()  # the first byte of the next request on a kept-alive connection
+        super().data_received(data)
+        if self.conn.their_state not in UNFINISHED:
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._address is not None:
+            self.open_by_client[self._address] -= 1
+            if self.open_by_client[self._address] <= 0:
+                del self.open_by_client[self._address]
+            self._address = None
+        super().connection_lost(exc)
+
+    def _refuse_one_too_many(self) -> None:
+        message = (
+            f"more than {self.limits.max_client_connections} open connections from "
+            f"{self._address}; reuse one (keep-alive) or wait for one to close"
+        )
+        self._close_with(refusal(429, "Too Many Requests", message))
+
+    def _arm(self) -> None:
+        self._deadline = self.loop.call_later(self.limits.request_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        state = self.conn.their_state
+        if state not in UNFINISHED:
+            return
+        # In SEND_BODY the app has the request's headers and may have answered already.
+        answered = state is h11.SEND_BODY and self.cycle is not None and self.cycle.response_started
+        message = (
+            f"the request did not arrive within {self.limits.request_timeout:g} s (--request-timeout); "
+            "send it whole"
+        )
+        self._close_with(b"" if answered else refusal(408, "Request Timeout", message))
+
+    def _close_with(self, response: bytes) -> None:
+        """Answer and close. Closing a socket with unread bytes makes the kernel reset the
+        connection, and the client may lose the answer: so the server sends its end (FIN),
+        then reads and drops what still comes for up to LINGER_S, until the client closes."""
+        if self.transport.is_closing() or self._refused:
+            return
+        self._refused = True
+        self._disarm()
+        if response:
+            self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+
+def refusal(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response with nmt's JSON error, closing the connection."""
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
