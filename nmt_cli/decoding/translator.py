@@ -125,6 +125,11 @@ class Translator:
         return translator
 
     @property
+    def aligns(self) -> bool:
+        """Whether its translations can be word-aligned (sentencepiece models; not Moses + BPE)."""
+        return isinstance(self.src_spm, SentencePieceProcessor)
+
+    @property
     def max_source(self) -> int:
         return self.ensemble.max_positions - 1  # room for EOS
 
@@ -183,7 +188,7 @@ class Translator:
         except ImportError as err:
             raise InputError(f'HTML needs lxml ({err}): pip install "nmt-cli[html]"') from None
         # Models tokenized with Moses and BPE give no alignment: their tags go by relative position.
-        aligned = dataclasses.replace(settings, alignments=isinstance(self.src_spm, SentencePieceProcessor))
+        aligned = dataclasses.replace(settings, alignments=self.aligns)
 
         def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
             return [(r.hyps[0][0], r.alignment or ()) for r in self.translate_texts(texts, aligned)]
@@ -241,7 +246,7 @@ class Translator:
 
     def translate_results(self, lines: Sequence[str], settings: DecodeSettings) -> list[Result]:
         """Each line translated whole, with its alignment where `settings.alignments` asks."""
-        if settings.alignments and not isinstance(self.src_spm, SentencePieceProcessor):
+        if settings.alignments and not self.aligns:
             raise SettingError(
                 "alignments", True, f"{self.source} tokenizes with Moses and BPE: no word alignment"
             )

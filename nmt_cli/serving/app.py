@@ -54,7 +54,9 @@ def require_extra() -> None:
     """Fail with one line naming the extra when a package of it (fastapi, uvicorn...) is missing."""
     try:
         import fastapi  # noqa: F401
+        import lxml  # noqa: F401
         import prometheus_client  # noqa: F401
+        import py3langid  # noqa: F401
         import python_multipart  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:

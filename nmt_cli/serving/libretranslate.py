@@ -1,13 +1,16 @@
 """LibreTranslate's HTTP API, which self-hosted translation clients speak (Mastodon,
 wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on `nmt serve`.
 
-    POST /translate  q (a string or a list of strings), source (a language code, or "auto" for the
-                     one source that has a model into `target`), target, format ("text"; "html"
-                     is refused), api_key, alternatives (0 only): as a JSON object, as a form
-                     (urlencoded or multipart), or in the query string, as LibreTranslate takes them
-                     -> {"translatedText": "..."} (a list for a list), with "detectedLanguage"
-                     when the source was "auto"
+    POST /translate  q (a string or a list of strings), source (a language code, or "auto": the
+                     served source language the text is in), target, format ("text", or "html":
+                     each q an HTML fragment, its markup kept), api_key, alternatives (N more
+                     translations of each text): as a JSON object, as a form (urlencoded or
+                     multipart), or in the query string, as LibreTranslate takes them
+                     -> {"translatedText": "..."} (a list for a list), with "alternatives" when
+                     asked and "detectedLanguage" when the source was "auto"
+    POST /detect     q, api_key -> [{"confidence": 97.5, "language": "en"}, ...], likeliest first
     GET  /languages  [{"code": "en", "name": "English", "targets": ["de"]}, ...]
+    GET  /frontend/settings  what LibreTranslate's web front end and clients read of a server
 
 Errors are LibreTranslate's: {"error": "..."} with 400 for a bad request, 403 for a missing or
 unknown key, 503 when busy. This module only reads requests; the app routes and decodes them.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+MAX_ALTERNATIVES = 10
 
 # Names for /languages (LibreTranslate's clients show them); other codes are named by their code.
 NAMES = {
@@ -52,6 +56,8 @@ class Request:
     source: str
     target: str
     api_key: str | None
+    html: bool = False
+    alternatives: int = 0
 
 
 def query_fields(pairs: list[tuple[str, str]]) -> dict[str, Any]:
@@ -111,6 +117,35 @@ def is_libretranslate(data: Mapping[str, Any]) -> bool:
 
 def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
     """The texts, languages and key of a LibreTranslate request; Refused for anything else."""
+    texts, single = _texts(data, max_lines, max_chars)
+    source, target = data.get("source"), data.get("target")
+    for name, value in (("source", source), ("target", target)):
+        if not isinstance(value, str) or not value:
+            raise Refused(400, f"Invalid request: missing {name} parameter")
+    form = data.get("format", "text") or "text"
+    if form not in ("text", "html"):
+        raise Refused(400, f"Invalid request: format {form!r}: use text or html")
+    alternatives = str(data.get("alternatives", 0) or 0)
+    if not alternatives.isdigit() or int(alternatives) > MAX_ALTERNATIVES:
+        raise Refused(
+            400, f"Invalid request: alternatives {alternatives!r}: a number from 0 to {MAX_ALTERNATIVES}"
+        )
+    if form == "html" and int(alternatives):
+        raise Refused(400, "Invalid request: alternatives are for format text")
+    key = data.get("api_key")
+    return Request(
+        texts, single, str(source), str(target), key if isinstance(key, str) and key else None,
+        html=form == "html", alternatives=int(alternatives),
+    )  # fmt: skip
+
+
+def detect_texts(data: Mapping[str, Any], max_lines: int, max_chars: int) -> list[str]:
+    """The texts of a POST /detect; Refused for anything else."""
+    return _texts(data, max_lines, max_chars)[0]
+
+
+def _texts(data: Mapping[str, Any], max_lines: int, max_chars: int) -> tuple[list[str], bool]:
+    """q's texts, and whether q was one string."""
     q = data.get("q")
     if q is None:
         raise Refused(400, "Invalid request: missing q parameter")
@@ -127,28 +162,45 @@ def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise Refused(400, f"Invalid request: q[{i}] is not valid Unicode") from None
-    source, target = data.get("source"), data.get("target")
-    for name, value in (("source", source), ("target", target)):
-        if not isinstance(value, str) or not value:
-            raise Refused(400, f"Invalid request: missing {name} parameter")
-    form = data.get("format", "text")
-    if form == "html":
-        raise Refused(400, "Invalid request: format html is not supported; send plain text (format text)")
-    if form != "text":
-        raise Refused(400, f"Invalid request: format {form!r}: use text")
-    if str(data.get("alternatives", 0)) not in ("0", ""):
-        raise Refused(400, "Invalid request: alternatives are not supported; leave alternatives at 0")
-    key = data.get("api_key")
-    return Request(texts, single, str(source), str(target), key if isinstance(key, str) and key else None)
+    return texts, single
 
 
-def answer(request: Request, translations: list[str], detected: str | None) -> dict[str, Any]:
-    """The response body, in the shape of the request's q."""
-    body: dict[str, Any] = {"translatedText": translations[0] if request.single else translations}
+def answer(
+    request: Request, hypotheses: list[list[tuple[str, float]]], detected: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The response body, in the shape of the request's q: each text's best translation, its
+    alternatives (the next best, as many as asked, distinct and not empty) where asked, and the
+    source language chosen for "auto" ({"language", "confidence"})."""
+    best = [hyps[0][0] for hyps in hypotheses]
+    body: dict[str, Any] = {"translatedText": best[0] if request.single else best}
+    if request.alternatives:
+        others = [_alternatives(hyps, request.alternatives) for hyps in hypotheses]
+        body["alternatives"] = others[0] if request.single else others
     if detected is not None:
-        # Not detected from the text: the only source language served into the target.
-        body["detectedLanguage"] = {"language": detected, "confidence": 100.0}
+        body["detectedLanguage"] = detected
     return body
+
+
+def _alternatives(hyps: list[tuple[str, float]], count: int) -> list[str]:
+    """Up to `count` translations after the best, each different from those before it and not empty."""
+    seen, found = {hyps[0][0]}, list[str]()
+    for text, _ in hyps[1:]:
+        if text and text not in seen and len(found) < count:
+            seen.add(text)
+            found.append(text)
+    return found
+
+
+def frontend_settings(pairs: list[tuple[str, str]], max_chars: int, keys: bool) -> dict[str, Any]:
+    """GET /frontend/settings: the character limit, whether keys are used, and the languages a
+    front end starts with (auto-detection into the first target served)."""
+    target = pairs[0][1] if pairs else "en"
+    return {
+        "charLimit": max_chars, "frontendTimeout": 500, "apiKeys": keys, "keyRequired": keys,
+        "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+        "language": {"source": {"code": "auto", "name": "Auto Detect"},
+                     "target": {"code": target, "name": NAMES.get(target, target)}},
+    }  # fmt: skip
 
 
 def languages(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:

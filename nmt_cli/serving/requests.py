@@ -16,11 +16,23 @@ from nmt_cli.errors import SettingError
 from nmt_cli.serving.limits import ServeLimits
 
 if TYPE_CHECKING:
-    from nmt_cli.decoding.translator import Hypotheses, Translator
+    from nmt_cli.decoding.texts import Result
+    from nmt_cli.decoding.translator import Translator
     from nmt_cli.serving.batcher import Batcher
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-FIELDS = ("text", "source", "target", "api_key", *SEARCH_FIELDS, "nbest", "sampling", *SAMPLING_FIELDS)
+TEXT_FIELDS = ("format", "split_sentences", "alignments")
+FIELDS = (
+    "text",
+    "source",
+    "target",
+    "api_key",
+    *SEARCH_FIELDS,
+    "nbest",
+    "sampling",
+    *SAMPLING_FIELDS,
+    *TEXT_FIELDS,
+)
 
 
 class BadRequest(Exception):
@@ -39,7 +51,7 @@ class Served:
 
     translator: "Translator"
     paths: list[Path]
-    batcher: "Batcher[Hypotheses]"
+    batcher: "Batcher[Result]"
 
     @property
     def pair(self) -> tuple[str, str] | None:
@@ -90,6 +102,35 @@ def parse_lines(data: Mapping[str, Any], limits: ServeLimits) -> list[str]:
         if data.get(name) is not None and not isinstance(data[name], str):
             raise BadRequest(422, f"{name}: must be a string")
     return [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a request's texts are read and answered: as plain text or HTML fragments, sentence by
+    sentence or whole, with word alignments or without."""
+
+    html: bool = False
+    split: bool = True
+    alignments: bool = False
+
+
+def parse_text_options(data: Mapping[str, Any], nbest: int) -> TextOptions:
+    """format ("text" or "html"), split_sentences and alignments of nmt's request shape."""
+    form = data.get("format", "text")
+    if form not in ("text", "html"):
+        raise BadRequest(422, f"format: {form!r}; use text or html")
+    for name in ("split_sentences", "alignments"):
+        if name in data and not isinstance(data[name], bool):
+            raise BadRequest(422, f"{name}: must be true or false")
+    options = TextOptions(form == "html", data.get("split_sentences", True), data.get("alignments", False))
+    if options.html and (nbest > 1 or options.alignments):
+        raise BadRequest(
+            422,
+            "format: html answers one translation a text, with its markup; leave out nbest and alignments",
+        )
+    if options.alignments and nbest > 1:
+        raise BadRequest(422, "alignments: the best translation's; leave out nbest")
+    return options
 
 
 def parse_settings(data: Mapping[str, Any], limits: ServeLimits, translator: "Translator") -> DecodeSettings:

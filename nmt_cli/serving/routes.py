@@ -9,6 +9,7 @@ there or here is raised (`BadRequest`, `libretranslate.Refused`, `Unanswered`) a
 decoding runs on the batchers' threads."""
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -18,13 +19,23 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from nmt_cli.decoding.alignment import pharaoh
+from nmt_cli.decoding.markup import MarkupError, Parsed
 from nmt_cli.decoding.settings import DecodeSettings
-from nmt_cli.decoding.texts import Hypotheses
+from nmt_cli.decoding.texts import Result, join_results, sentences_of, split_texts
 from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.serving import libretranslate, page
 from nmt_cli.serving.batcher import Closed, QueueFull
 from nmt_cli.serving.dependencies import Posted, ServiceDep, keyed_posted, require_key
-from nmt_cli.serving.requests import BadRequest, Served, parse_lines, parse_settings, route
+from nmt_cli.serving.requests import (
+    BadRequest,
+    Served,
+    TextOptions,
+    parse_lines,
+    parse_settings,
+    parse_text_options,
+    route,
+)
 from nmt_cli.serving.service import Service
 
 RETRY_AFTER_S = 1
@@ -52,6 +63,8 @@ def nmt_routes() -> APIRouter:
 def libretranslate_routes() -> APIRouter:
     router = APIRouter()
     router.add_api_route("/languages", get_languages, methods=["GET"])
+    router.add_api_route("/detect", post_detect, methods=["POST"])
+    router.add_api_route("/frontend/settings", get_frontend_settings, methods=["GET"])
     return router
 
 
@@ -76,7 +89,8 @@ async def post_translate(
     lines = parse_lines(data, service.limits)
     pair, _ = route(service.served, data.get("source"), data.get("target"))
     settings = parse_settings(data, service.limits, pair.translator)
-    results = await decode(request, pair, lines, settings)
+    options = parse_text_options(data, settings.nbest)
+    results = await translate_texts(request, pair, lines, settings, options)
     return translations(results, settings.nbest)
 
 
@@ -84,13 +98,16 @@ async def get_page() -> HTMLResponse:
     return HTMLResponse(page.html())
 
 
-def translations(results: list[Hypotheses], nbest: int) -> JSONResponse:
+def translations(results: list[Result], nbest: int) -> JSONResponse:
     if nbest == 1:
-        return JSONResponse({"translations": [hyps[0][0] for hyps in results]})
+        answer: dict[str, Any] = {"translations": [r.hyps[0][0] for r in results]}
+        if results and results[0].alignment is not None:  # Pharaoh's "i-j" pairs, as nmt translate prints
+            answer["alignments"] = [pharaoh(r.alignment or ()) for r in results]
+        return JSONResponse(answer)
     # JSON has no infinities: a score that is not finite is sent as null.
     nested = [
-        [{"text": text, "score": score if math.isfinite(score) else None} for text, score in hyps]
-        for hyps in results
+        [{"text": text, "score": score if math.isfinite(score) else None} for text, score in r.hyps]
+        for r in results
     ]
     return JSONResponse({"translations": nested})
 
@@ -109,11 +126,47 @@ async def translate_libretranslate(
     translation of each text, one string for a string q."""
     limits = service.limits
     asked = libretranslate.parse(fields, limits.max_lines, limits.max_input_chars)
-    pair, detected = route(service.served, asked.source, asked.target, status=400)
-    settings = pair.translator.settings(batch_tokens=limits.max_batch_tokens)
     lines = [text.replace("\x00", " ") for text in asked.texts]
-    results = await decode(request, pair, lines, settings)
-    return JSONResponse(libretranslate.answer(asked, [hyps[0][0] for hyps in results], detected))
+    parsed = parse_fragments(lines) if asked.html else None
+    pair, detected = await choose_pair(service, asked.source, asked.target, parsed.texts if parsed else lines)
+    nbest = asked.alternatives + 1 if asked.alternatives else None
+    settings = pair.translator.settings(nbest=nbest, batch_tokens=limits.max_batch_tokens)
+    results = await translate_texts(request, pair, lines, settings, TextOptions(html=asked.html), parsed)
+    return JSONResponse(libretranslate.answer(asked, [r.hyps for r in results], detected))
+
+
+async def post_detect(service: ServiceDep, posted: Annotated[Posted, Depends(keyed_posted)]) -> JSONResponse:
+    """LibreTranslate's POST /detect: the served source languages, likeliest first, for the text
+    (for a list of texts, for all of them together)."""
+    texts = libretranslate.detect_texts(
+        posted.fields, service.limits.max_lines, service.limits.max_input_chars
+    )
+    ranked = await asyncio.to_thread(service.detector.rank, " ".join(texts))
+    return JSONResponse([{"confidence": confidence, "language": code} for code, confidence in ranked])
+
+
+async def get_frontend_settings(service: ServiceDep) -> JSONResponse:
+    return JSONResponse(
+        libretranslate.frontend_settings(
+            service.pairs(), service.limits.max_input_chars, service.keys is not None
+        )
+    )
+
+
+async def choose_pair(
+    service: Service, source: str, target: str, texts: list[str]
+) -> tuple[Served, dict[str, Any] | None]:
+    """The pair for `source` into `target`; for "auto" with several sources served into `target`,
+    the one whose language the texts are in (with the identifier's confidence)."""
+    if source == "auto":
+        sources = {s.pair[0] for s in service.served if s.pair is not None and s.pair[1] == target}
+        if len(sources) > 1:
+            ranked = await asyncio.to_thread(service.detector.rank, " ".join(texts))
+            code, confidence = next((c, p) for c, p in ranked if c in sources)
+            pair, _ = route(service.served, code, target, status=400)
+            return pair, {"language": code, "confidence": confidence}
+    pair, chosen = route(service.served, source, target, status=400)
+    return pair, None if chosen is None else {"language": chosen, "confidence": 100.0}
 
 
 # The server's status
@@ -132,12 +185,47 @@ async def get_metrics(service: ServiceDep) -> Response:
     return Response(content, media_type=media_type)
 
 
+# Texts, markup and decoding
+
+
+def parse_fragments(fragments: list[str]) -> Parsed:
+    try:
+        return Parsed.of(fragments)
+    except MarkupError as err:
+        raise BadRequest(400, f"Invalid request: q: {err}") from None
+
+
+async def translate_texts(
+    request: Request,
+    pair: Served,
+    texts: list[str],
+    settings: DecodeSettings,
+    options: TextOptions,
+    parsed: Parsed | None = None,
+) -> list[Result]:
+    """Texts through `pair`'s queue: sentence by sentence unless `options.split` is off, each
+    text's sentences joined back; HTML fragments (`options.html`) parsed first and rebuilt around
+    their translations, which then need the words' alignment."""
+    if options.html and parsed is None:
+        parsed = parse_fragments(texts)
+    units = parsed.texts if parsed is not None else texts
+    aligned = options.alignments or parsed is not None
+    settings = dataclasses.replace(settings, alignments=aligned and pair.translator.aligns)
+    language = pair.pair[0] if pair.pair else "en"
+    splits = split_texts(units, language) if options.split or parsed is not None else None
+    results = await decode(request, pair, sentences_of(splits) if splits else units, settings)
+    if splits is not None:
+        results = join_results(splits, results, settings)
+    if parsed is None:
+        return results
+    rebuilt = parsed.rebuild([(r.hyps[0][0], r.alignment or ()) for r in results])
+    return [Result([(text, 0.0)]) for text in rebuilt]
+
+
 # Decoding and errors
 
 
-async def decode(
-    request: Request, pair: Served, lines: list[str], settings: DecodeSettings
-) -> list[Hypotheses]:
+async def decode(request: Request, pair: Served, lines: list[str], settings: DecodeSettings) -> list[Result]:
     """The lines' hypotheses from `pair`'s queue, awaited (not decoded) on the event loop;
     `Unanswered` when they cannot be had."""
     try:
@@ -147,7 +235,7 @@ async def decode(
     except Closed as err:
         raise Unanswered(503, f"server: {err}", retry=True) from None
     try:
-        results: list[Hypotheses] = await _unless_gone(request, asyncio.wrap_future(future))
+        results: list[Result] = await _unless_gone(request, asyncio.wrap_future(future))
         return results
     except asyncio.CancelledError:  # the client went away: its lines are not decoded
         future.cancel()

@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
+from nmt_cli.decoding.texts import Result
 from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving.batcher import Batcher
+from nmt_cli.serving.detect import Detector
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.metrics import Metrics
 from nmt_cli.serving.requests import Served
 
 if TYPE_CHECKING:
-    from nmt_cli.decoding.translator import Hypotheses, Translator
+    from nmt_cli.decoding.translator import Translator
 
 WORKER_CHECK_S = 1.0  # how often the decoding processes of each pair are checked
 log = logging.getLogger("nmt_cli.serving")
@@ -38,6 +40,8 @@ class Service:
     metrics: Metrics
     described: list[dict[str, Any]]
     """What GET /info says of each pair, computed once."""
+    detector: Detector
+    """The source language of a text, among the served ones (POST /detect, source "auto")."""
 
     @classmethod
     def over(
@@ -47,7 +51,8 @@ class Service:
         metrics = Metrics()
         served = [_served(translator, paths, limits, metrics) for translator, paths in models]
         described = [{**describe_model(s.translator, s.paths), "pair": s.name} for s in served]
-        return cls(served, limits, keys, metrics, described)
+        detector = Detector([s.pair[0] for s in served if s.pair is not None])
+        return cls(served, limits, keys, metrics, described, detector)
 
     def health(self) -> dict[str, Any]:
         """GET /health: the batch counters of every pair, summed."""
@@ -130,8 +135,8 @@ def _served(translator: "Translator", paths: list[Path], limits: ServeLimits, me
         metrics.batch(name, lines, tokens)
         _log_batch(name, requests, lines, tokens, seconds)
 
-    batcher: Batcher[Hypotheses] = Batcher(
-        translator.translate_with,
+    batcher: Batcher[Result] = Batcher(
+        translator.translate_results,
         lambda line: len(translator.src_spm.encode(line)) + 1,  # + EOS
         limits.max_batch_tokens,
         limits.max_wait_ms / 1000,
