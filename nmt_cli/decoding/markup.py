@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from lxml import html  # type: ignore[import-untyped]
-from lxml.etree import ParserError, _Element  # type: ignore[import-untyped]
+from lxml import html
+from lxml.etree import ParserError, _Element
 
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.errors import InputError
