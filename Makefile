@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# The fast tier: every test but those marked slow (pyproject.toml); SLOW=1, as .ci/run gives, runs all.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter 1,$(SLOW)),,-m "not slow")
 
 lint: $(STAMP)
 	$(BIN)/ruff check nmt_cli tests bench

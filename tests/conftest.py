@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -113,6 +116,45 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("nmt: error: "), err
     return lines[0]
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
+    """Run the CLI with `args`, which it must refuse as bad input or usage (exit code 2), and
+    return the one line it wrote to stderr (no traceback)."""
+    assert nmt(*args) == 2, f"nmt {' '.join(map(str, args))}: not refused"
+    return one_line_error(capsys)
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    process: subprocess.Popen | None = None,
+    poll_s: float = 0.02,
+) -> None:
+    """Until `condition()` holds, checking it every `poll_s` seconds: the test fails, naming `what`,
+    if it does not hold within `timeout` seconds, or at once if `process` ends first (with the end
+    of what it wrote to stderr). The timeout only bounds a hang; the test waits for the state."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.poll() is not None:
+            err = process.communicate()[1]
+            if isinstance(err, bytes):
+                err = err.decode(errors="replace")
+            ended = f"the process ended (exit code {process.returncode}) before {what}"
+            pytest.fail(f"{ended}:\n{(err or '')[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:g} s: {what}")
+        time.sleep(poll_s)
+
+
+def exported_to_ctranslate2(model: Path, out: Path) -> Any:
+    """`nmt export` of the checkpoint `model` into the folder `out`, and a CTranslate2 translator
+    of it on the CPU (the test is skipped where ctranslate2 is not installed)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    assert nmt("-q", "export", "-m", model, "-o", out) == 0
+    return ctranslate2.Translator(str(out), device="cpu")
 
 
 def prepare_args(out: Path, *train: Path, valid: Path, quiet: bool = True) -> list[object]:

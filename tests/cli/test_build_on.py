@@ -17,6 +17,7 @@ from conftest import (
     one_line_error,
     one_thread,
     prepare_args,
+    refused,
     sentences,
     train_args,
     write_split,
@@ -38,6 +39,17 @@ A_PAIRS, B_PAIRS = 300, 100
 def _prepare(out: Path, *train: Path, valid: Path, extra: tuple[object, ...] = (), quiet: bool = True) -> int:
     """`nmt prepare` of copy corpora (later options in `extra` win)."""
     return nmt(*prepare_args(out, *train, valid=valid, quiet=quiet), *extra)
+
+
+def _prepare_refused(
+    capsys: pytest.CaptureFixture[str], out: Path, *train: Path, valid: Path, extra: tuple[object, ...]
+) -> str:
+    """The one line with which `nmt prepare` of copy corpora refuses `extra` (exit code 2), having
+    written nothing to `out`."""
+    capsys.readouterr()  # what came before is not this command's
+    line = refused(capsys, *prepare_args(out, *train, valid=valid, quiet=False), *extra)
+    assert not out.exists()
+    return line
 
 
 def _processor(data: Path, side: str = "src"):
@@ -326,12 +338,10 @@ def test_tags_reach_the_encoder(tagged: Path) -> None:
 def test_train_tag_count_must_match_train(
     raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "data"
-    capsys.readouterr()
-    assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=("--train-tag", TAG), quiet=False) == 2
-    line = one_line_error(capsys)
+    line = _prepare_refused(
+        capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=("--train-tag", TAG)
+    )
     assert "--train-tag" in line and "1 times for 2 --train" in line
-    assert not out.exists()
 
 
 def test_spm_from_a_vocabulary_without_the_tag_is_refused(
@@ -342,24 +352,18 @@ def test_spm_from_a_vocabulary_without_the_tag_is_refused(
     extra = ("--vocab-size", 300, "--byte-fallback")
     assert _prepare(plain, raw.a, valid=raw.valid, extra=extra) == 0
     assert TAG not in _processor(plain).encode(TAG, out_type=str)
-    out = tmp_path / "data"
-    capsys.readouterr()
     extra = ("--train-tag", "", "--train-tag", TAG, "--spm-from", plain)
-    assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False) == 2
-    line = one_line_error(capsys)
+    line = _prepare_refused(capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=extra)
     assert f"tag {TAG}" in line and f"--reserve {TAG}" in line
-    assert not out.exists()
 
 
 def test_spm_from_a_vocabulary_without_the_tag_is_refused_without_byte_fallback(
     corpus: Corpus, raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "data"
-    capsys.readouterr()
+    # Accepted, TAG would become <unk> in every tagged source (no byte fallback).
     extra = ("--train-tag", "", "--train-tag", TAG, "--spm-from", corpus.data)
-    code = _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False)
-    assert code == 2, f"accepted: {TAG} became <unk> in every tagged source"  # no byte fallback
-    assert f"--reserve {TAG}" in one_line_error(capsys)
+    line = _prepare_refused(capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=extra)
+    assert f"--reserve {TAG}" in line
 
 
 def test_spm_from_a_vocabulary_learned_with_reserve_takes_the_tag(
@@ -458,8 +462,7 @@ def test_bad_corpus_weights_fail_in_one_line(
 ) -> None:
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    assert nmt(*train_args(two, run_dir, f"train.corpus_weights={weights}", quiet=False)) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *train_args(two, run_dir, f"train.corpus_weights={weights}", quiet=False))
     assert "train.corpus_weights" in line and said in line
     assert not run_dir.exists()
 
@@ -526,8 +529,7 @@ def test_init_from_data_of_another_sentencepiece_model_is_refused(
     assert corpus_io.load_meta(data).vocab_size == {"src": 100, "tgt": 100}  # only the pieces differ
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    assert nmt(*_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False)) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False))
     assert "--init-from" in line and "another sentencepiece model" in line and "--spm-from" in line
     assert not run_dir.exists()
 
@@ -544,8 +546,7 @@ def test_a_run_refuses_to_resume_on_data_of_the_other_direction(
     last = run_dir / "checkpoints" / "checkpoint_last.pt"
     before = last.read_bytes()
     capsys.readouterr()
-    assert nmt(*train_args(reverse, run_dir, *ONE_BATCH, "train.max_updates=2", quiet=False)) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *train_args(reverse, run_dir, *ONE_BATCH, "train.max_updates=2", quiet=False))
     assert "cannot resume" in line and "translates src-tgt" in line and "is tgt-src" in line
     assert last.read_bytes() == before
 
@@ -558,9 +559,9 @@ def test_init_from_a_separate_vocabulary_checkpoint_of_the_other_direction_says_
     ckpt = tmp_path / "run" / "checkpoints" / "checkpoint_last.pt"
     assert _prepare_backward(tmp_path, ckpt) == 0  # its models, swapped to fit
     capsys.readouterr()
-    code = nmt(*_init_from(tmp_path / "backward", tmp_path / "tuned", ckpt, *ONE_BATCH, quiet=False))
-    assert code == 2
-    line = one_line_error(capsys)
+    line = refused(
+        capsys, *_init_from(tmp_path / "backward", tmp_path / "tuned", ckpt, *ONE_BATCH, quiet=False)
+    )
     assert "--init-from" in line and "translates src-tgt" in line and "encoder cannot read tgt" in line
     assert not (tmp_path / "tuned").exists()
 
@@ -571,8 +572,7 @@ def test_init_from_with_another_architecture_is_refused(
     run_dir = tmp_path / "run"
     capsys.readouterr()
     args = _init_from(fine, run_dir, trained.checkpoint, *ONE_BATCH, "model.d_ff=128", quiet=False)
-    assert nmt(*args) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *args)
     assert "model.d_ff" in line and "--init-from" in line and "128" in line
     assert not run_dir.exists()
 
@@ -612,8 +612,7 @@ def test_keep_optimizer_needs_a_checkpoint_with_optimizer_state(
     assert ckpt.is_file() and checkpoint.load(ckpt).train_state is None
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    assert nmt(*_init_from(fine, run_dir, ckpt, *ONE_BATCH, quiet=False), "--keep-optimizer") == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *_init_from(fine, run_dir, ckpt, *ONE_BATCH, quiet=False), "--keep-optimizer")
     assert "--init-from" in line and "no optimizer state" in line and "--reset-optimizer" in line
     assert not run_dir.exists()
     # Without Adam's moments it starts all the same.
@@ -673,20 +672,17 @@ def test_keep_optimizer_without_init_from_is_refused(
 ) -> None:
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    assert nmt(*train_args(two, run_dir, quiet=False), "--keep-optimizer") == 2
-    assert "--init-from" in one_line_error(capsys)
+    assert "--init-from" in refused(capsys, *train_args(two, run_dir, quiet=False), "--keep-optimizer")
     assert not run_dir.exists()
 
 
 def test_reserve_with_spm_from_must_name_a_piece_of_that_vocabulary(
     raw: Raw, two: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "data"
-    capsys.readouterr()
     extra = ("--reserve", TAG, "--spm-from", two)  # `two` was learned without the tag
-    assert _prepare(out, raw.a, valid=raw.valid, extra=extra, quiet=False) == 2
-    assert f"--reserve {TAG}" in one_line_error(capsys)
-    assert not out.exists()
+    assert f"--reserve {TAG}" in _prepare_refused(
+        capsys, tmp_path / "data", raw.a, valid=raw.valid, extra=extra
+    )
 
 
 def test_init_from_data_with_its_own_vocabulary_says_to_use_spm_from(
@@ -697,8 +693,7 @@ def test_init_from_data_with_its_own_vocabulary_says_to_use_spm_from(
     assert _prepare(data, raw.a, valid=raw.valid, extra=("--vocab-size", 150)) == 0
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    assert nmt(*_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False)) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *_init_from(data, run_dir, trained.checkpoint, *ONE_BATCH, quiet=False))
     assert "another sentencepiece model" in line and "--spm-from" in line and "vocab_size" not in line
     assert not run_dir.exists()
 
@@ -707,9 +702,6 @@ def test_init_from_data_with_its_own_vocabulary_says_to_use_spm_from(
 def test_a_tag_with_a_comma_or_whitespace_is_refused(
     tag: str, raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "data"
-    capsys.readouterr()
     extra = ("--train-tag", "", "--train-tag", tag)
-    assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra, quiet=False) == 2
-    assert "without spaces or commas" in one_line_error(capsys)
-    assert not out.exists()
+    line = _prepare_refused(capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=extra)
+    assert "without spaces or commas" in line

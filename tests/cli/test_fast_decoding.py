@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt_command, sentences, subprocess_env
+from conftest import TrainedRun, nmt_command, sentences, subprocess_env, wait_until
 
 from nmt_cli import Sampling, Translator
 from nmt_cli.config import RuntimeConfig
@@ -138,10 +138,7 @@ def test_a_worker_killed_during_a_call_fails_that_call_and_the_next_gets_fresh_w
 
         caller = threading.Thread(target=call)
         caller.start()
-        deadline = time.monotonic() + 30
-        while not busy.exists() or not busy.read_text():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: busy.exists() and busy.read_text(), "a worker is in the call", timeout=30)
         os.kill(int(busy.read_text()), signal.SIGKILL)  # as the out-of-memory killer would
         caller.join(30)
         assert not caller.is_alive()  # an error, never a hang
@@ -158,7 +155,9 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
         for worker in multiprocessing.active_children():
             worker.kill()
             worker.join(10)
-        time.sleep(0.5)  # the pool notices the deaths
+        # The pool notices the deaths: its executor's manager thread marks it broken (then the next
+        # call replaces it rather than fail).
+        wait_until(lambda: pool._executor._broken, "the pool marks itself broken", timeout=30)
         assert pool.map(["b"] * 100, None) == (["B"] * 100, 2)
         assert pool.restarts == 1
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import nmt, one_line_error, sets
+from conftest import exported_to_ctranslate2, nmt, refused, sets
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.data import corpus
@@ -83,15 +83,14 @@ def test_the_cli_translates_an_import_with_its_defaults(imported: Path, tmp_path
 def test_an_import_exports_to_ctranslate2_and_decodes_the_same(
     imported: Path, translator: Translator, tmp_path: Path
 ) -> None:
-    ctranslate2 = pytest.importorskip("ctranslate2")
     import sentencepiece
 
     out = tmp_path / "ct2"
-    assert nmt("-q", "export", "-m", imported, "-o", out) == 0
+    engine = exported_to_ctranslate2(imported, out)
     assert json.loads((out / "config.json").read_text())["decoder_start_token"] == "</s>"
     processor = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
     source = lines(FAIRSEQ / "input.en")[:100]
-    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+    results = engine.translate_batch(
         [processor.encode(line, out_type=str) for line in source], beam_size=1, max_decoding_length=200
     )
     theirs = [processor.decode(r.hypotheses[0]) for r in results]
@@ -156,18 +155,15 @@ def test_a_moses_bpe_fairseq_model_translates_as_fairseq(moses: Path, beam: int,
 
 
 def test_a_moses_bpe_model_exports_and_fine_tunes(moses: Path, tmp_path: Path) -> None:
-    ctranslate2 = pytest.importorskip("ctranslate2")
-    translator = Translator.load(moses, device="cpu", precision="fp32", threads=1)
     out = tmp_path / "ct2"
-    assert nmt("-q", "export", "-m", moses, "-o", out) == 0
+    engine = exported_to_ctranslate2(moses, out)
+    translator = Translator.load(moses, device="cpu", precision="fp32", threads=1)
     assert (out / "bpecodes").read_text(encoding="utf-8") == (MOSES / "bpecodes").read_text(encoding="utf-8")
     source = lines(MOSES / "input.en")[:60]
     tokenized = [
         [translator.src_spm.id_to_piece(i) for i in translator.src_spm.encode(line)] for line in source
     ]
-    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
-        tokenized, beam_size=1, max_decoding_length=200
-    )
+    results = engine.translate_batch(tokenized, beam_size=1, max_decoding_length=200)
     tgt = translator.tgt_spm
     theirs = [tgt.decode([tgt.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
     assert theirs == translator.translate(source, beam=1)
@@ -196,8 +192,7 @@ def test_what_is_not_a_model_is_refused_in_one_line(
     if what == "not a checkpoint":
         (folder / "checkpoint.pt").write_bytes(b"not a zip file")
         shutil.copy(FAIRSEQ / "dict.en.txt", folder / "dict.en.txt")
-    assert nmt("import", folder, "-o", tmp_path / "out.pt") == 2
-    one_line_error(capsys)
+    refused(capsys, "import", folder, "-o", tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
 
 
@@ -209,8 +204,9 @@ def test_an_output_that_is_the_source_model_is_refused(
     before = {p.name: p.read_bytes() for p in source.iterdir()}
     for output in (source / "checkpoint.pt", source / "dict.en.txt"):
         capsys.readouterr()
-        assert nmt("import", source / "checkpoint.pt", "-o", output) == 2
-        assert "is an input of this command" in one_line_error(capsys)
+        assert "is an input of this command" in refused(
+            capsys, "import", source / "checkpoint.pt", "-o", output
+        )
     assert {p.name: p.read_bytes() for p in source.iterdir()} == before
 
 
@@ -269,8 +265,7 @@ def test_a_foreign_model_whose_files_disagree_is_refused_in_one_line(
 ) -> None:
     path = _broken_fairseq(tmp_path, fault)
     capsys.readouterr()
-    assert nmt("import", path, "-o", tmp_path / "out.pt") == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, "import", path, "-o", tmp_path / "out.pt")
     assert words in line and "internal error" not in line, line
     assert not (tmp_path / "out.pt").exists()
 
@@ -279,8 +274,7 @@ def test_a_foreign_model_whose_files_disagree_is_refused_in_one_line(
 def test_a_hub_name_that_is_not_one_is_refused_before_any_download(
     source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert nmt("import", source, "-o", tmp_path / "out.pt") == 2
-    assert "not a Hugging Face model name" in one_line_error(capsys)
+    assert "not a Hugging Face model name" in refused(capsys, "import", source, "-o", tmp_path / "out.pt")
 
 
 def test_fastbpe_codes_are_refused_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -288,8 +282,7 @@ def test_fastbpe_codes_are_refused_at_import(tmp_path: Path, capsys: pytest.Capt
     shutil.copytree(MOSES, source)
     codes = (source / "bpecodes").read_text(encoding="utf-8").splitlines()[1:]
     (source / "bpecodes").write_text("".join(f"{line} {1000 - i}\n" for i, line in enumerate(codes)))
-    assert nmt("import", source / "checkpoint.pt", "-o", tmp_path / "out.pt") == 2
-    assert "fastBPE codes" in one_line_error(capsys)
+    assert "fastBPE codes" in refused(capsys, "import", source / "checkpoint.pt", "-o", tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
 
 
@@ -308,8 +301,7 @@ def test_a_fairseq_run_that_names_no_languages_imports_with_src_and_tgt(
     torch.save(state, source / "checkpoint.pt")
     out = tmp_path / "out.pt"
     capsys.readouterr()
-    assert nmt("import", source / "checkpoint.pt", "-o", out) == 2
-    assert "give them with --src and --tgt" in one_line_error(capsys)
+    assert "give them with --src and --tgt" in refused(capsys, "import", source / "checkpoint.pt", "-o", out)
     assert nmt("-q", "import", source / "checkpoint.pt", "-o", out, "--src", "en", "--tgt", "de") == 0
     assert checkpoint.load(out).languages == ("en", "de")
     lines = (FAIRSEQ / "input.en").read_text(encoding="utf-8").splitlines()[:20]
@@ -318,8 +310,9 @@ def test_a_fairseq_run_that_names_no_languages_imports_with_src_and_tgt(
         lines, beam=1
     )
     # A model that names its languages keeps them: --src/--tgt may only agree.
-    assert nmt("import", FAIRSEQ / "checkpoint.pt", "-o", out, "--src", "de", "--tgt", "en") == 2
-    assert "translates en-de" in one_line_error(capsys)
+    assert "translates en-de" in refused(
+        capsys, "import", FAIRSEQ / "checkpoint.pt", "-o", out, "--src", "de", "--tgt", "en"
+    )
 
 
 def test_the_layout_before_fairseq_0_9_imports_and_translates_as_fairseq(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, one_line_error
+from conftest import Corpus, TrainedRun, exported_to_ctranslate2, nmt, refused
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.data.shortlist import Shortlist, coverage
@@ -91,9 +91,9 @@ def test_the_cli_flag_and_the_recipe_default(listed: Path, corpus: Corpus, tmp_p
 def test_asking_for_a_shortlist_the_model_lacks_is_one_line(
     trained: TrainedRun, corpus: Corpus, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = nmt("translate", "-m", trained.checkpoint, "-i", corpus.raw / "test.src", "--shortlist")
-    assert code == 2
-    line = one_line_error(capsys)
+    line = refused(
+        capsys, "translate", "-m", trained.checkpoint, "-i", corpus.raw / "test.src", "--shortlist"
+    )
     assert "--shortlist" in line and "nmt shortlist" in line
     with pytest.raises(SettingError, match="no vocabulary shortlist"):
         Translator.load(trained.checkpoint, device="cpu").translate(["a b"], shortlist=True)
@@ -113,31 +113,26 @@ def test_a_shortlist_that_does_not_fit_the_model_is_refused(
     ckpt.shortlist = {**ckpt.shortlist, "candidates": ckpt.shortlist["candidates"][:5]}
     bad = tmp_path / "bad.pt"
     checkpoint.save(ckpt, bad)
-    assert nmt("translate", "-m", bad, "-i", "/dev/null") == 2
-    assert "shortlist does not fit" in one_line_error(capsys)
+    assert "shortlist does not fit" in refused(capsys, "translate", "-m", bad, "-i", "/dev/null")
 
 
 def test_bad_shortlist_options_and_corpora_are_one_line(
     trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["shortlist", "-m", trained.checkpoint, "-o", tmp_path / "out.pt", "--src", "src", "--tgt", "tgt"]
-    assert nmt(*base, "--train", corpus.raw / "train", "--candidates", 0) == 2
-    assert "--candidates" in one_line_error(capsys)
-    assert nmt(*base, "--train", tmp_path / "missing") == 2
-    assert "missing.src" in one_line_error(capsys)
+    assert "--candidates" in refused(capsys, *base, "--train", corpus.raw / "train", "--candidates", 0)
+    assert "missing.src" in refused(capsys, *base, "--train", tmp_path / "missing")
     (tmp_path / "uneven.src").write_text("a\nb\n")
     (tmp_path / "uneven.tgt").write_text("a\n")
-    assert nmt(*base, "--train", tmp_path / "uneven") == 2
-    assert "2 lines" in one_line_error(capsys)
+    assert "2 lines" in refused(capsys, *base, "--train", tmp_path / "uneven")
     assert not (tmp_path / "out.pt").exists()
 
 
 def test_export_writes_the_shortlist_as_ctranslate2s_vocabulary_map(
     listed: Path, corpus: Corpus, tmp_path: Path
 ) -> None:
-    ctranslate2 = pytest.importorskip("ctranslate2")
     out = tmp_path / "ct2"
-    assert nmt("-q", "export", "-m", listed, "-o", out) == 0
+    engine = exported_to_ctranslate2(listed, out)
     shortlist = stored(listed)
     spm = processors(checkpoint.load(listed).spm, None)[1]
     # Round trip: the map names exactly the stored candidates of each source piece.
@@ -150,7 +145,6 @@ def test_export_writes_the_shortlist_as_ctranslate2s_vocabulary_map(
     }
     assert read == expected
     # CTranslate2 decodes over it: greedy, one line at a time, as nmt over the same candidates.
-    engine = ctranslate2.Translator(str(out), device="cpu")
     lines_in = corpus.test_src[:30]
     ours = Translator.load(listed, device="cpu", precision="fp32").translate(
         lines_in, beam=1, shortlist=True, batch_tokens=1
@@ -169,10 +163,13 @@ def test_a_corpus_of_the_opposite_direction_or_a_missing_valid_set_is_refused_be
 ) -> None:
     out = tmp_path / "out.pt"
     base = ["shortlist", "-m", trained.checkpoint, "-o", out, "--train", corpus.raw / "train"]
-    assert nmt(*base, "--src", "tgt", "--tgt", "src") == 2  # the model translates src into tgt
-    assert "translates src into tgt; give --src src --tgt tgt" in one_line_error(capsys)
-    assert nmt(*base, "--src", "src", "--tgt", "tgt", "--valid", tmp_path / "missing") == 2
-    assert "--valid" in one_line_error(capsys)
+    # The model translates src into tgt.
+    assert "translates src into tgt; give --src src --tgt tgt" in refused(
+        capsys, *base, "--src", "tgt", "--tgt", "src"
+    )
+    assert "--valid" in refused(
+        capsys, *base, "--src", "src", "--tgt", "tgt", "--valid", tmp_path / "missing"
+    )
     assert not out.exists()
 
 

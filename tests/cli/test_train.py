@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,12 @@ from conftest import (
     TrainedRun,
     nmt,
     nmt_command,
-    one_line_error,
     prepare_args,
+    refused,
     sentences,
     subprocess_env,
     train_args,
+    wait_until,
     write_split,
 )
 
@@ -168,8 +168,7 @@ def test_a_bad_recipe_value_fails_in_one_line(
 ) -> None:
     run_dir = tmp_path / "run"
     args = train_args(corpus.data, run_dir, *overrides, quiet=False)
-    assert nmt(*args) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *args)
     assert line.startswith("nmt: error:") and named in line
     assert not run_dir.exists()
 
@@ -183,22 +182,19 @@ def test_resuming_with_a_different_model_is_refused(
     before = last.read_bytes()
     capsys.readouterr()
     args = train_args(corpus.data, run_dir, "train.max_updates=4", "model.d_model=64", quiet=False)
-    assert nmt(*args) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *args)
     assert "model.d_model" in line and "resume" in line
     assert last.read_bytes() == before
 
 
-def _wait_for_training(metrics: Path, process: subprocess.Popen, timeout: float = 90.0) -> None:
+def _wait_for_training(metrics: Path, process: subprocess.Popen) -> None:
     """Until the run has logged an update (so its signal handlers are installed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1]
-        if metrics.exists() and '"train"' in metrics.read_text(encoding="utf-8"):
-            return
-        time.sleep(0.1)
-    process.kill()
-    pytest.fail("training did not log an update in time")
+    wait_until(
+        lambda: metrics.exists() and '"train"' in metrics.read_text(encoding="utf-8"),
+        "training logs an update",
+        timeout=90,
+        process=process,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -329,8 +325,7 @@ def test_resuming_on_data_of_another_sentencepiece_model_is_refused(
     last = run_dir / "checkpoints" / "checkpoint_last.pt"
     before = last.read_bytes()
     capsys.readouterr()
-    assert nmt(*train_args(data, run_dir, "train.max_updates=4", quiet=False)) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *train_args(data, run_dir, "train.max_updates=4", quiet=False))
     assert "another sentencepiece model" in line and "resume" in line
     assert last.read_bytes() == before
 
@@ -347,8 +342,7 @@ def test_a_sentence_longer_than_the_model_holds_is_refused_before_training(
     write_split(raw / "valid", [*sentences(5, seed=4), long], [*sentences(5, seed=4), long])
     assert nmt(*prepare_args(data, raw / "train", valid=raw / "valid")) == 0
     capsys.readouterr()
-    assert nmt(*train_args(data, run_dir, "train.max_updates=20", "train.valid_every_updates=10")) == 2
-    line = one_line_error(capsys)
+    line = refused(capsys, *train_args(data, run_dir, "train.max_updates=20", "train.valid_every_updates=10"))
     assert "valid sentence 6 has 70 pieces" in line and "model.max_positions = 64" in line
     assert not run_dir.exists()  # refused before anything was written
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import Corpus, nmt, train_args
 from torch._dynamo.utils import counters
@@ -25,6 +26,7 @@ COMMON = (
 )
 
 
+@pytest.mark.slow  # torch.compile's C++ code generation: 4 s and more
 def test_compiled_training_takes_the_updates_of_the_eager_model(corpus: Corpus, tmp_path: Path) -> None:
     runs = {}
     graphs_before = counters["stats"]["unique_graphs"]

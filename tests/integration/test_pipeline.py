@@ -24,6 +24,7 @@ MIN_BLEU = 15.0
 MIN_CHRF = 45.0
 
 
+@pytest.mark.slow  # about 45 s
 def test_the_shortened_demo_learns_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The demo uses torch's default thread count; one thread is faster on two shared cores.
     with one_thread():

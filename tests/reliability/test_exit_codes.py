@@ -9,11 +9,10 @@ import os
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt_command, subprocess_env
+from conftest import TrainedRun, nmt_command, subprocess_env, wait_until
 
 TIMEOUT_S = 120
 
@@ -73,10 +72,12 @@ def test_130_and_143_a_signal_keeps_and_names_what_was_finished(
     assert process.stdin is not None
     process.stdin.write("apple river\nstone cloud\n")
     process.stdin.flush()  # then the input stays open: the translation waits for more
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (partial.exists() and partial.read_text(encoding="utf-8").count("\n") == 2):
-        assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") == 2,
+        "both lines are in the partial file",
+        timeout=TIMEOUT_S,
+        process=process,
+    )
     process.send_signal(sig)
     _, err = process.communicate(timeout=TIMEOUT_S)
     assert process.returncode == code

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, TrainedRun, nmt, nmt_command, sentences, subprocess_env, train_args
+from conftest import Corpus, TrainedRun, nmt, nmt_command, sentences, subprocess_env, train_args, wait_until
 
 from nmt_cli import checkpoint
 from nmt_cli.model import Transformer
@@ -114,23 +114,22 @@ def kill_during(process: subprocess.Popen, run_dir: Path, moment: str, rng: rand
     """Wait until the process trains (it logged a new update), then SIGKILL it at `moment`."""
     metrics, ckpts = run_dir / "metrics.jsonl", run_dir / "checkpoints"
     before = train_records(metrics)
-    deadline = time.monotonic() + 60
-    while train_records(metrics) <= before:
-        assert process.poll() is None, process.communicate()[1]
-        assert time.monotonic() < deadline, "training did not start"
-        time.sleep(0.02)
+    wait_until(lambda: train_records(metrics) > before, "training logs a new update", process=process)
     seen = inodes(ckpts)
     if moment == "at random":
-        time.sleep(rng.uniform(0.05, 1.5))
+        time.sleep(rng.uniform(0.05, 1.5))  # the kill's moment is what is random: not a wait for a state
     else:
-        while not in_the_middle_of_a_save(ckpts, process.pid, moment, seen):
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, f"no save seen {moment}"
-            time.sleep(0.002)
+        wait_until(
+            lambda: in_the_middle_of_a_save(ckpts, process.pid, moment, seen),
+            f"a save is seen {moment}",
+            process=process,
+            poll_s=0.002,
+        )
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
 
 
+@pytest.mark.slow  # four kills and resumes of a training: about 12 s
 def test_sigkill_at_random_moments_never_loses_more_than_one_interval(corpus: Corpus, tmp_path: Path) -> None:
     rng = random.Random(1234)
     run_dir = tmp_path / "run"
@@ -198,11 +197,13 @@ def test_a_stopped_translation_keeps_its_complete_lines_in_a_partial_file(
         env=subprocess_env(),
     )
     try:
-        deadline = time.monotonic() + 90
-        while not partial.exists() or partial.stat().st_size < 200:  # a few buffers are out
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, "no translation came out"
-            time.sleep(0.01)
+        wait_until(
+            lambda: partial.exists() and partial.stat().st_size >= 200,
+            "a few buffers of translations are in the partial file",
+            timeout=90,
+            process=process,
+            poll_s=0.01,
+        )
         process.send_signal(sig)
         _, err = process.communicate(timeout=60)
     finally:
@@ -226,15 +227,18 @@ def test_a_stopped_translation_keeps_its_complete_lines_in_a_partial_file(
         assert process.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # two trainings as processes: 4 to 7 s
 def test_two_trainings_never_share_a_run_directory(corpus: Corpus, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = train_args(corpus.data, run_dir, "train.max_updates=100000", "train.save_every_updates=20")
     first = subprocess.Popen(nmt_command(*args[1:]), env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not checkpoint.numbered(run_dir / "checkpoints"):  # training, and holding the lock
-            assert first.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until(
+            lambda: checkpoint.numbered(run_dir / "checkpoints"),
+            "the first saves a checkpoint (it trains, and holds the lock)",
+            timeout=120,
+            process=first,
+        )
         second = subprocess.run(
             nmt_command(*args[1:]), env=subprocess_env(), capture_output=True, text=True, timeout=120
         )

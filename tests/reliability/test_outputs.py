@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, one_line_error
+from conftest import TrainedRun, nmt, one_line_error, refused
 
 NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # what /dev/null and /dev/full are
 
@@ -104,8 +104,7 @@ def test_a_directory_is_refused_and_untouched(
     monkeypatch.chdir(folder)
     out = {"a directory": folder, "an empty name": Path(""), "a missing directory": tmp_path / "no" / "x.png"}
     capsys.readouterr()
-    assert nmt(*writers(trained, tmp_path)[command](out[name])) == 2
-    one_line_error(capsys)
+    refused(capsys, *writers(trained, tmp_path)[command](out[name]))
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png", "in.txt"]
 
@@ -121,6 +120,5 @@ def test_an_empty_out_directory_is_refused(
         "prepare": ["prepare", "--train", "t", "--valid", "v", "--src", "en", "--tgt", "de", "--out", ""],
     }
     capsys.readouterr()
-    assert nmt("-q", *args[command]) == 2
-    assert "the working directory" in one_line_error(capsys)
+    assert "the working directory" in refused(capsys, "-q", *args[command])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,19 @@ TRICKY = [
 def sentences(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(n)]
+
+
+def learn_spm(lines: Iterable[str], vocab_size: int, what: str, byte_fallback: bool = False) -> bytes:
+    """spm.train_spm's BPE model of `lines`: every character covered, text unnormalised, one thread."""
+    return spm.train_spm(
+        lines,
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        byte_fallback=byte_fallback,
+        normalization="identity",
+        threads=1,
+        what=what,
+    )
 
 
 def write_side(directory: Path, split: str, lang: str, arrays: list[list[int]], dtype: str) -> None:
@@ -158,15 +172,7 @@ def test_publish_moves_files_then_writes_meta_and_drops_stale_ones(tmp_path: Pat
 def test_round_trip_non_latin_and_emoji(tmp_path: Path) -> None:
     """encode -> binarize -> load -> decode gives the original text, also for scripts and
     emoji the model never saw (byte fallback)."""
-    model = spm.train_spm(
-        iter(sentences(300)),
-        vocab_size=400,
-        character_coverage=1.0,
-        byte_fallback=True,
-        normalization="identity",
-        threads=1,
-        what="test corpus",
-    )
+    model = learn_spm(iter(sentences(300)), 400, "test corpus", byte_fallback=True)
     processor = spm.load_processor(model)
     assert [processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()] == [
         PAD_ID,
@@ -190,25 +196,9 @@ def test_vocab_too_large_names_the_largest_that_works() -> None:
         match=r"--vocab-size 5000 is larger than tiny can support; the largest "
         r"that works is (\d+)",
     ) as info:
-        spm.train_spm(
-            iter(["a b c", "a b d"] * 5),
-            vocab_size=5000,
-            character_coverage=1.0,
-            byte_fallback=False,
-            normalization="identity",
-            threads=1,
-            what="tiny",
-        )
+        learn_spm(iter(["a b c", "a b d"] * 5), 5000, "tiny")
     largest = int(info.value.args[0].rsplit(" ", 1)[1])
-    model = spm.train_spm(
-        iter(["a b c", "a b d"] * 5),
-        vocab_size=largest,
-        character_coverage=1.0,
-        byte_fallback=False,
-        normalization="identity",
-        threads=1,
-        what="tiny",
-    )
+    model = learn_spm(iter(["a b c", "a b d"] * 5), largest, "tiny")
     assert spm.load_processor(model).get_piece_size() == largest
 
 
@@ -218,27 +208,11 @@ def test_errors_while_sampling_surface_unchanged() -> None:
         raise InputError("x.en:2: invalid UTF-8")
 
     with pytest.raises(InputError, match="x.en:2: invalid UTF-8"):
-        spm.train_spm(
-            bad(),
-            vocab_size=50,
-            character_coverage=1.0,
-            byte_fallback=False,
-            normalization="identity",
-            threads=1,
-            what="x",
-        )
+        learn_spm(bad(), 50, "x")
 
 
 def test_read_models_checks_checksums(tmp_path: Path) -> None:
-    model = spm.train_spm(
-        iter(sentences(100)),
-        vocab_size=100,
-        character_coverage=1.0,
-        byte_fallback=False,
-        normalization="identity",
-        threads=1,
-        what="t",
-    )
+    model = learn_spm(iter(sentences(100)), 100, "t")
     (tmp_path / "spm.model").write_bytes(model)
     meta = corpus.CorpusMeta(**fake_meta(0, spm_sha256={"src": spm.sha256(model), "tgt": spm.sha256(model)}))
     assert spm.read_models(tmp_path, meta) == (model, model)

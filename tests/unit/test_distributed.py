@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import TINY_MODEL, sets, subprocess_env, wait_until
 
 from nmt_cli.commands import prepare
 from nmt_cli.config import PrepareConfig
@@ -26,13 +26,7 @@ from nmt_cli.errors import InputError
 from nmt_cli.training.distributed import World, from_env, target_tokens, update_share
 
 TINY = [
-    "model.encoder_layers=1",
-    "model.decoder_layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
-    "model.d_k=16",
-    "model.d_v=16",
+    *TINY_MODEL,  # the command tests' tiny model (later settings win)
     "model.dropout=0.0",  # the comparisons are exact only without dropout
     "model.max_positions=128",
     'train.lr_schedule="inverse_sqrt"',
@@ -115,17 +109,15 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data"
 
 
-def _nmt_train(data: Path, out: Path, sets: list[str], processes: int) -> subprocess.Popen:
+def _nmt_train(data: Path, out: Path, overrides: list[str], processes: int) -> subprocess.Popen:
     launcher = [sys.executable, "-m", "nmt_cli"]
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         launcher += [f"--nproc_per_node={processes}", "-m", "nmt_cli"]
     args = ["train", "--data", str(data), "--out", str(out), "--device", "cpu", "--threads", "1"]
-    for item in [*TINY, *sets]:
-        args += ["--set", item]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args += sets(*TINY, *overrides)
     return subprocess.Popen(
-        [*launcher, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*launcher, *args], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -146,6 +138,7 @@ def _assert_same_parameters(a: dict, b: dict) -> None:
 
 
 @needs_gloo
+@pytest.mark.slow  # three trainings, two of them on two processes: about 8 s
 def test_two_processes_equal_one_with_update_freq_2_and_resume_with_one(data_dir: Path, tmp_path: Path):
     split = corpus.load_split(data_dir, "train")
     per_epoch = len(make_batches(split.src.lengths(), split.tgt.lengths(), 600, 1, 1))
@@ -179,6 +172,7 @@ def test_two_processes_equal_one_with_update_freq_2_and_resume_with_one(data_dir
 
 
 @needs_gloo
+@pytest.mark.slow  # a two-process training: about 5 s
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker processes in /proc")
 def test_a_signal_to_one_process_stops_both_at_the_same_update(data_dir: Path, tmp_path: Path):
     run = tmp_path / "run"
@@ -189,10 +183,11 @@ def test_a_signal_to_one_process_stops_both_at_the_same_update(data_dir: Path, t
         2,
     )
     metrics = run / "metrics.jsonl"
-    deadline = time.monotonic() + 60
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()[1][-3000:]
-        time.sleep(0.2)
+    wait_until(
+        lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3,
+        "both processes train (3 updates logged)",
+        process=launcher,
+    )
     rank1 = _worker_pid(launcher.pid, rank=1)
     os.kill(rank1, signal.SIGTERM)
     _, err = launcher.communicate(timeout=60)

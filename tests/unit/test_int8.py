@@ -9,7 +9,13 @@ from torch import nn
 
 from nmt_cli.decoding import int8
 
-KERNELS = [pytest.param(True, id="fbgemm"), pytest.param(False, id="int_mm")]
+
+@pytest.fixture(params=[pytest.param(True, id="fbgemm"), pytest.param(False, id="int_mm")])
+def fbgemm(request: pytest.FixtureRequest) -> bool:
+    """Each int8 kernel in turn: fbgemm's fused one (skipped where this torch has none), int_mm."""
+    if request.param and not int8._fbgemm_works():
+        pytest.skip("this torch has no fbgemm (not an x86 build)")
+    return request.param
 
 
 def rows_of_unlike_scales(count: int, width: int, seed: int) -> torch.Tensor:
@@ -21,11 +27,8 @@ def rows_of_unlike_scales(count: int, width: int, seed: int) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("fbgemm", KERNELS)
 @pytest.mark.parametrize("bias", [True, False])
 def test_each_row_gets_what_it_gets_alone(fbgemm: bool, bias: bool) -> None:
-    if fbgemm and not int8._fbgemm_works():
-        pytest.skip("this torch has no fbgemm (not an x86 build)")
     torch.manual_seed(0)
     linear = nn.Linear(96, 40, bias=bias)
     layer = int8.Int8Linear(linear, fbgemm)
@@ -43,12 +46,9 @@ def test_each_row_gets_what_it_gets_alone(fbgemm: bool, bias: bool) -> None:
     assert error.max() < 0.1, error.max()  # the rows with an outlier lose most: 0.05-0.06
 
 
-@pytest.mark.parametrize("fbgemm", KERNELS)
 def test_weights_are_those_of_torch_per_channel_quantization(fbgemm: bool) -> None:
     """Both kernels hold the int8 values torch.quantize_per_channel gives: rounding x / scale
     instead moves about one value in 500,000 (seeds 1 and 4 here)."""
-    if fbgemm and not int8._fbgemm_works():
-        pytest.skip("this torch has no fbgemm (not an x86 build)")
     for seed in range(6):
         linear = nn.Linear(256, 2000, bias=False)
         with torch.no_grad():
@@ -78,12 +78,9 @@ def test_quantize_replaces_every_linear_layer_and_keeps_the_rest() -> None:
     assert torch.allclose(after, before, atol=0.05, rtol=0.05)
 
 
-@pytest.mark.parametrize("fbgemm", KERNELS)
 @pytest.mark.parametrize("bias", [True, False])
 def test_rows_keep_the_chosen_outputs_unchanged(fbgemm: bool, bias: bool) -> None:
     """A shortlist's output projection: the kept channels are computed exactly as before."""
-    if fbgemm and not int8._fbgemm_works():
-        pytest.skip("this torch has no fbgemm (not an x86 build)")
     torch.manual_seed(0)
     layer = int8.Int8Linear(nn.Linear(48, 50, bias=bias), fbgemm)
     index = torch.tensor([0, 1, 2, 3, 7, 19, 20, 44, 49])

@@ -46,7 +46,7 @@ def in_fused_adam(event) -> bool:
     return False
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])  # 3 s each
 def test_an_update_reads_nothing_back_from_the_device(corpus: Corpus, tmp_path: Path, precision: str) -> None:
     overrides = ("train.update_freq=2", "model.dropout=0.1")
     short = syncs(corpus, tmp_path / "short", 2, precision, *overrides)
