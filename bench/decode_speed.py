@@ -22,9 +22,9 @@ import torch
 from common import DEFAULT_DATA, THREADS, emit
 from time_to_bleu import trained_model
 
-from nmt_cli.config import DecodeOverrides
 from nmt_cli.decoding.translator import load_translator
 from nmt_cli.device import configure_cpu
+from nmt_cli.user_settings import DecodeOverrides
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -215,9 +215,9 @@ def _profile(model: Path, source: Path, beam: int) -> None:
     import torch
     from torch.profiler import profile
 
-    from nmt_cli.config import DecodeOverrides
     from nmt_cli.decoding.translator import load_translator
     from nmt_cli.device import configure_cpu
+    from nmt_cli.user_settings import DecodeOverrides
 
     configure_cpu(1)
     overrides = DecodeOverrides(beam=beam, lenpen=1.0, lenpen_style="fairseq")
@@ -237,9 +237,9 @@ def _nmt_steady(
     """Decoding alone, in this process, with the command's default workers (after a warm-up)."""
     import torch
 
-    from nmt_cli.config import DecodeOverrides, RuntimeConfig
     from nmt_cli.decoding.translator import decoding_workers, load_translator
     from nmt_cli.device import configure_cpu
+    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
     device = torch.device("cpu")
     workers = decoding_workers(RuntimeConfig(workers=0), device)

@@ -39,9 +39,9 @@ import torch
 from common import DEFAULT_DATA, ROOT, THREADS, emit
 from time_to_bleu import trained_model
 
-from nmt_cli.config import RuntimeConfig
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision
 from nmt_cli.device import configure_cpu
+from nmt_cli.user_settings import RuntimeConfig
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 

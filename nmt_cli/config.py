@@ -1,10 +1,6 @@
-"""Typed configuration: the recipe schema, and the settings objects the command line builds.
-
-The recipe dataclasses (`RunConfig` and its sections) are the only schema of a recipe; `recipe`
-reads and writes them as TOML. `DecodeOverrides`, `RuntimeConfig`, `PrepareConfig` and
-`ServeLimits` hold what the command line asks for: the CLI builds them from options and hands them
-to the commands; none is part of a recipe. The values each setting may take are in `ranges`. Also
-the fixed sentencepiece ids.
+"""The recipe schema: `RunConfig` and its sections ([model], [train], [decode], [average]), each
+checked when a recipe is loaded. `recipe` reads and writes them as TOML; what a user gives a command
+beside the recipe is in `user_settings`; the values a decode setting may take are in `ranges`.
 """
 
 from __future__ import annotations
@@ -12,13 +8,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nmt_cli.errors import InputError
-from nmt_cli.ranges import check_setting, one_of, setting_problem
+from nmt_cli.ranges import one_of, setting_problem
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
-# Fixed sentencepiece ids (data/spm.py trains with these), shared by data, model and search.
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 DECODER_START = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
 POSITIONS = ("sinusoidal", "learned", "sinusoidal-halves", "sinusoidal-fairseq")
 ACTIVATIONS = ("relu", "gelu", "swish")
@@ -291,84 +285,3 @@ def _check(ok: bool, where: str, key: str, problem: str) -> None:
 
 def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
     _check(value in choices, where, key, f"'{value}': {one_of(choices)}")
-
-
-# Settings the command line builds from options: not part of a recipe.
-
-
-@dataclass(frozen=True)
-class DecodeOverrides:
-    """Search settings given on the command line, to the Python API or in a request; None keeps
-    the checkpoint's recipe value. Each given value is checked on creation (`SettingError`)."""
-
-    beam: int | None = None
-    lenpen: float | None = None
-    lenpen_style: str | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    min_len: int | None = None
-    shortlist: bool | None = None
-
-    def __post_init__(self) -> None:
-        for name, value in self.given().items():
-            check_setting(name, value)
-
-    def given(self) -> dict[str, object]:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {name: value for name, value in values.items() if value is not None}
-
-    def apply(self, base: DecodeConfig) -> DecodeConfig:
-        """`base` with the given settings in place."""
-        return dataclasses.replace(base, **self.given())  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    """Where and how a command computes: not part of a recipe, never stored in a checkpoint."""
-
-    device: str = "auto"  # auto, cpu or cuda (cuda:N)
-    precision: str | None = "fp32"
-    """fp32, bf16 or fp16; which ones a command accepts is its own check. None: the recipe's."""
-    threads: int = 0
-    """CPU threads; 0 keeps torch's default."""
-    workers: int = 1  # decoding processes (CPU); 0: one per core, of one thread each
-
-    def __post_init__(self) -> None:
-        check_setting("threads", self.threads)
-        check_setting("workers", self.workers)
-
-
-@dataclass(frozen=True)
-class PrepareConfig:
-    """What `nmt prepare` is asked for; the defaults are the command line's."""
-
-    train: tuple[str, ...]
-    """Prefixes of the training corpora (PREFIX.SRC and PREFIX.TGT each), binarized one after the
-    other into one train split; meta.json records where each begins."""
-    valid: str
-    src: str
-    tgt: str
-    out: Path
-    test: str | None = None
-    train_tags: tuple[str, ...] = ()
-    """Empty, or one per training corpus: a tag written before each of its source sentences ("" for
-    none), e.g. <BT> for back-translated text (Caswell et al., 2019)."""
-    reserve: tuple[str, ...] = ()
-    """Pieces a newly learned vocabulary keeps whole for tags of later corpora."""
-    spm_from: Path | None = None
-    """A checkpoint or prepared corpus whose sentencepiece model(s) encode this corpus: nothing is
-    learned, and the vocabulary options do not apply."""
-    vocab_size: int = 32000
-    joint: bool = True
-    character_coverage: float = 1.0
-    spm_sample: int = 2_000_000
-    max_len: int = 250
-    max_ratio: float = 2.0
-    workers: int = 1
-    errors: str = "strict"
-    byte_fallback: bool = True
-    normalization: str = "identity"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, str):  # one prefix, as before several corpora were possible
-            object.__setattr__(self, "train", (self.train,))

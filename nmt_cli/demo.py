@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from nmt_cli.commands import average, prepare, score, train, translate
-from nmt_cli.config import DecodeOverrides, PrepareConfig, RuntimeConfig
 from nmt_cli.errors import NmtError
+from nmt_cli.user_settings import DecodeOverrides, PrepareConfig, RuntimeConfig
 
 ONES_EN = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "

@@ -118,7 +118,7 @@ def prepare(
         "reserve": tuple(reserve or ()),
     }
     from nmt_cli.commands import prepare as command
-    from nmt_cli.config import PrepareConfig
+    from nmt_cli.user_settings import PrepareConfig
 
     imported()
 
@@ -156,7 +156,7 @@ def train(
     schedule; its data must be prepared with the checkpoint's vocabulary (nmt prepare --spm-from).
     """
     from nmt_cli.commands import train as command
-    from nmt_cli.config import RuntimeConfig
+    from nmt_cli.user_settings import RuntimeConfig
 
     imported()
 

@@ -53,8 +53,8 @@ def serve(
     --shortlist sets the default of requests, which may still say "shortlist": false.
     """
     from nmt_cli.commands import serve as command
-    from nmt_cli.config import DecodeOverrides, RuntimeConfig
     from nmt_cli.serving.limits import ServeLimits
+    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
     imported()
 

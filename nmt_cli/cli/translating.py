@@ -64,8 +64,8 @@ def translate(
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
-    from nmt_cli.config import DecodeOverrides, RuntimeConfig
     from nmt_cli.decoding.settings import Sampling
+    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
     imported()
 
@@ -121,7 +121,7 @@ def attend(
     a picture of target pieces (rows) by source pieces (columns); the search is untouched.
     """
     from nmt_cli.commands import attend as command
-    from nmt_cli.config import DecodeOverrides, RuntimeConfig
+    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
     imported()
 

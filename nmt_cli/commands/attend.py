@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.config import EOS_ID, DecodeConfig, DecodeOverrides, ModelConfig, RuntimeConfig
+from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import resolve
@@ -29,7 +29,9 @@ from nmt_cli.errors import InputError
 from nmt_cli.figures import new_figure, require_matplotlib, save_figure
 from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
+from nmt_cli.special_ids import EOS_ID
 from nmt_cli.training.precision import autocast
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

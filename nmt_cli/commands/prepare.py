@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from nmt_cli import __version__
-from nmt_cli.config import PrepareConfig
 from nmt_cli.data import corpus, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import not_the_working_directory
 from nmt_cli.report import Reporter
+from nmt_cli.user_settings import PrepareConfig
 
 REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in order of precedence
 

@@ -13,13 +13,13 @@ import ipaddress
 import signal
 from pathlib import Path
 
-from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translators
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.serving import app, server
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 
 def run(

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import ModelConfig, RunConfig, RuntimeConfig
+from nmt_cli.config import ModelConfig, RunConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
 from nmt_cli.errors import InputError, NmtError
@@ -30,6 +30,7 @@ from nmt_cli.report import Reporter
 from nmt_cli.training import distributed
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
+from nmt_cli.user_settings import RuntimeConfig
 
 LAST = Path("checkpoints") / "checkpoint_last.pt"
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
+from nmt_cli.config import DecodeConfig
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve
@@ -30,6 +30,7 @@ from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory, not_an_input, output_target
 from nmt_cli.report import Reporter
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 Translate = Callable[[list[str]], list[Result]]
 """A configured `Translator.translate_texts`: lines in, their hypotheses (and alignments) out."""

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 # Pairs are shuffled, then sorted by length inside buckets of this many batches' worth of
 # pairs: similar lengths (little padding) while every epoch still sees a fresh mix.

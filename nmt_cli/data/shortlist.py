@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_cli.config import EOS_ID
 from nmt_cli.errors import InputError
+from nmt_cli.special_ids import EOS_ID
 
 SPECIALS = EOS_ID + 1
 """Ids 0..3 (pad, unk, bos, eos) lead every shortlist vocabulary, so that a search over it finds

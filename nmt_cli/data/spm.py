@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import sentencepiece
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError, NmtError, RunFailure
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
     from nmt_cli.data.corpus import CorpusMeta

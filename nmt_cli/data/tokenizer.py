@@ -20,8 +20,8 @@ import json
 import re
 from typing import Any
 
-from nmt_cli.config import UNK_ID
 from nmt_cli.errors import InputError
+from nmt_cli.special_ids import UNK_ID
 
 KIND = "moses-subword-nmt"
 LANGUAGE_CODES = "sentencepiece-language-codes"

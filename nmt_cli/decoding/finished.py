@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt_cli.config import EOS_ID, PAD_ID
+from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
 @dataclass

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from nmt_cli import checkpoint
-from nmt_cli.config import DecodeOverrides, RuntimeConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.spm import processors
 from nmt_cli.decoding import int8
@@ -20,6 +19,7 @@ from nmt_cli.decoding.workers import usable_cores
 from nmt_cli.device import check_precision, cpu_has_amx, cpu_has_fast_bf16
 from nmt_cli.errors import InputError
 from nmt_cli.model import Transformer
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 if TYPE_CHECKING:
     from nmt_cli.decoding.translator import Translator

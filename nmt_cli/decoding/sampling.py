@@ -11,8 +11,8 @@ import hashlib
 import torch
 from torch import Tensor
 
-from nmt_cli.config import PAD_ID
 from nmt_cli.decoding.settings import Sampling
+from nmt_cli.special_ids import PAD_ID
 
 # splitmix64's constants as int64 values.
 _GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import int8
@@ -27,6 +27,7 @@ from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.model import DecoderState, Transformer
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from nmt_cli.config import DecodeConfig, DecodeOverrides
+from nmt_cli.config import DecodeConfig
 from nmt_cli.errors import SettingError
 from nmt_cli.ranges import check_setting
+from nmt_cli.user_settings import DecodeOverrides
 
 BATCH_TOKENS = 4096
 """Source tokens per batch by default (`--batch-tokens`, `batch_tokens=`)."""

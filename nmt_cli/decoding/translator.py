@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
 
-from nmt_cli.config import DecodeConfig, DecodeOverrides, RuntimeConfig
+from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
@@ -52,6 +52,7 @@ from nmt_cli.decoding.workers import WorkerPool, can_fork
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import check_setting
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 

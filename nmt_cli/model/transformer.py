@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_cli.config import PAD_ID, ModelConfig
+from nmt_cli.config import ModelConfig
 from nmt_cli.model.attention import KVCache, MultiHeadAttention
 from nmt_cli.model.layers import Embedding, FeedForward, Residual
+from nmt_cli.special_ids import PAD_ID
 
 
 @dataclass

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nmt_cli.config import DecodeOverrides
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
 from nmt_cli.errors import SettingError
 from nmt_cli.serving.limits import ServeLimits
+from nmt_cli.user_settings import DecodeOverrides
 
 if TYPE_CHECKING:
     from nmt_cli.decoding.texts import Result

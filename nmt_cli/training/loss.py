@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmt_cli.config import PAD_ID
+from nmt_cli.special_ids import PAD_ID
 
 CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 per chunk: it stays in a CPU core's cache
 GPU_CHUNK_ELEMENTS = 1 << 27  # 512 MB: a few chunks a batch (each costs a dozen kernel launches)

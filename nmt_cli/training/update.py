@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from nmt_cli.config import PAD_ID
+from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training import distributed
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.precision import autocast

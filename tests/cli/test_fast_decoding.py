@@ -16,10 +16,10 @@ import torch
 from conftest import TrainedRun, nmt_command, sentences, subprocess_env, wait_until
 
 from nmt_cli import Sampling, Translator
-from nmt_cli.config import RuntimeConfig
 from nmt_cli.decoding.loading import decoding_workers
 from nmt_cli.decoding.workers import WorkerDied, WorkerPool
 from nmt_cli.errors import InputError
+from nmt_cli.user_settings import RuntimeConfig
 
 
 @pytest.fixture(scope="module")

@@ -376,7 +376,7 @@ def test_learned_positions_of_unequal_lengths_are_cut_to_the_shorter(tmp_path: P
 
 
 def test_an_unknown_piece_reads_as_fairseq_writes_it(translator: Translator) -> None:
-    from nmt_cli.config import UNK_ID
+    from nmt_cli.special_ids import UNK_ID
 
     hello = translator.tgt_spm.encode("Hallo")
     assert translator.tgt_spm.decode([*hello, UNK_ID]) == "Hallo<unk>"  # fairseq's "<unk>", not " ⁇ "

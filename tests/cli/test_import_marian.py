@@ -272,7 +272,7 @@ def test_settings_config_json_leaves_out_take_marian_configs_defaults(tmp_path: 
 
 
 def test_an_unknown_piece_reads_as_transformers_decodes_it(tmp_path: Path) -> None:
-    from nmt_cli.config import UNK_ID
+    from nmt_cli.special_ids import UNK_ID
 
     folder = marian_dir(tmp_path, "swish", False, seed=3)
     imported = tmp_path / "imported.pt"

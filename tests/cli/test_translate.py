@@ -30,10 +30,10 @@ from conftest import (
 )
 
 from nmt_cli import checkpoint
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.data import spm
 from nmt_cli.decoding.translator import Translator
 from nmt_cli.model import Transformer
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 BLANK = ["", "   ", "\t", " \t "]
 

@@ -144,7 +144,10 @@ def test_nmt_requests_name_their_pair_when_several_are_served(
         ({"q": "apple", "source": "en"}, "Invalid request: missing target parameter"),
         ({"q": "apple", "source": "en", "target": "fr"}, "source, target: no model translates en into fr"),
         ({"q": "apple", "source": "en", "target": "de", "format": "xml"}, "Invalid request: format 'xml'"),
-        ({"q": "apple", "source": "en", "target": "de", "alternatives": 11}, "Invalid request: alternatives '11'"),
+        (
+            {"q": "apple", "source": "en", "target": "de", "alternatives": 11},
+            "Invalid request: alternatives '11'",
+        ),
         (
             {"q": "<b>apple</b>", "source": "en", "target": "de", "format": "html", "alternatives": 2},
             "Invalid request: alternatives are for format text",

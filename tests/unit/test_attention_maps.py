@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import VARIANTS, tiny_model
 
-from nmt_cli.config import BOS_ID, PAD_ID
+from nmt_cli.special_ids import BOS_ID, PAD_ID
 
 VOCAB = 40
 HEADS = 4

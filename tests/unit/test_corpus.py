@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt_cli.data import corpus, spm
 from nmt_cli.errors import InputError
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 WORDS = (
     "der die das Hund läuft über Straße Mädchen groß klein Haus Katze schläft rot blau Brücke "

@@ -18,12 +18,12 @@ import torch.distributed as dist
 from conftest import TINY_MODEL, sets, subprocess_env, wait_until
 
 from nmt_cli.commands import prepare
-from nmt_cli.config import PrepareConfig
 from nmt_cli.data import corpus
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.demo import make_corpus
 from nmt_cli.errors import InputError
 from nmt_cli.training.distributed import World, from_env, target_tokens, update_share
+from nmt_cli.user_settings import PrepareConfig
 
 TINY = [
     *TINY_MODEL,  # the command tests' tiny model (later settings win)

@@ -5,10 +5,11 @@ import torch
 import torch.nn.functional as F
 from conftest import VARIANTS, tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from nmt_cli.config import ModelConfig
 from nmt_cli.model import Transformer
 from nmt_cli.model.attention import KVCache
 from nmt_cli.model.layers import dropout
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 40
 

@@ -17,12 +17,13 @@ import torch
 from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.search import Ensemble, greedy_search
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.decoding.workers import can_fork
 from nmt_cli.errors import InputError
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 # The copy model is sure of itself: at temperature 1 a sample is nearly always the copy. Flatter,
 # it makes mistakes, so that seeds and methods can be told apart by their outputs.

@@ -7,10 +7,11 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from nmt_cli.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding import search
 from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty, top_k
 from nmt_cli.model import Transformer
+from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 def tiny(vocab: int, seed: int = 0, **variant) -> Transformer:

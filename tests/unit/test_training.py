@@ -5,9 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_cli.config import PAD_ID, ModelConfig, TrainConfig
+from nmt_cli.config import ModelConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.model import Transformer
+from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training.loop import accumulate_gradients, budget_spent
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.schedule import inverse_sqrt, linear, noam
