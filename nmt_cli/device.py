@@ -30,25 +30,23 @@ def resolve_device(name: str) -> torch.device:
 
 def cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX). Without it oneDNN
-    emulates bf16: on an AVX2-only AMD EPYC a 1024-square bf16 matmul took 2.5 s against 32 ms
-    in fp32, so bf16 there is a trap, never a speed-up."""
+    emulates bf16, many times slower than fp32: bf16 there is a trap, never a speed-up
+    (docs/benchmarks.md, "Defaults and the measurements behind them")."""
     return cpu_has_amx() or bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX tiles, on which oneDNN multiplies bf16 several times faster than
-    fp32 or fbgemm's int8 (AVX512-VNNI): a 240 x 256 by 256 x 8,000 product on one core of an
-    Intel Xeon took 0.93 ms in bf16, 3.1 ms in int8 and 5.8 ms in fp32."""
+    fp32 or fbgemm's int8 (AVX512-VNNI)."""
     return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
 def cpu_bf16_speedup() -> float:
     """How many times faster than fp32 this CPU multiplies bf16, measured on a matmul of a small
     Transformer's feed-forward shape (about 0.1 s); 0.0 without hardware bf16, where one emulated
-    matmul alone would take seconds. Hardware bf16 is not always faster: on 2 cores of an Intel
-    Xeon with AVX512-BF16 but no AMX, oneDNN's bf16 matmul ran at 0.58x fp32 (175 against 298
-    GFLOP/s) and bf16 training made 0.64x the updates of fp32, where an AMD EPYC trains 2.8x faster
-    in bf16. The best of several runs, so that a busy core does not decide."""
+    matmul alone would take seconds. Hardware bf16 is not always faster (AVX512-BF16 without AMX
+    can be slower than fp32), so it is measured rather than assumed. The best of several runs, so
+    that a busy core does not decide."""
     if not cpu_has_fast_bf16():
         return 0.0
     best = {}
@@ -68,11 +66,10 @@ def configure_cpu(threads: int) -> None:
     """Thread count, flush-to-zero for denormal floats, and glibc's malloc kept from unmapping.
 
     Adam's second moments and tiny gradients decay into the denormal range, where x86
-    arithmetic is many times slower: without flushing, CPU training ran over 5x slower.
-    glibc serves every large tensor with a fresh mmap and returns it on free, so each
-    update paid page faults for its activations again; keeping freed memory in the heap
-    made bf16 training about 15% faster at the same peak RSS (measured on Multi30k).
-    oneDNN's caches are bounded before its first use (see _bound_onednn_caches).
+    arithmetic is many times slower. glibc serves every large tensor with a fresh mmap and
+    returns it on free, so each update would pay page faults for its activations again; freed
+    memory is kept in the heap instead. oneDNN's caches are bounded before its first use (see
+    _bound_onednn_caches).
     """
     torch.set_flush_denormal(True)
     _keep_freed_memory()
@@ -96,18 +93,18 @@ def _keep_freed_memory() -> None:
 def _bound_onednn_caches() -> None:
     """bf16 matmuls on CPU go through oneDNN, whose two caches (its own primitive cache and
     PyTorch's ideep LRU) keep up to 1024 entries each, with buffers, per matmul shape. Batch
-    shapes change every update, so they filled up with one-off shapes: 0.8 GB of peak RSS for
-    the Multi30k recipe. 32 entries each held it at 1.36 GB instead of 2.2 GB and ran no slower
-    (measured; 8 entries ran about 15% slower). Users may still set either variable themselves."""
+    shapes change every update, so they fill up with one-off shapes and their buffers; 32 entries
+    each bound the memory without slowing training down (fewer did). Users may still set either
+    variable themselves."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
     os.environ.setdefault("LRU_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
 
 
 def configure_cuda() -> None:
     """Attention kernels whose cost does not depend on having seen a shape before. cuDNN's SDPA,
-    which torch prefers for bf16 and fp16, builds an execution plan for every new shape: a base
-    model's update took 0.53 s with unseen batch shapes against 0.13 s with seen ones on an H200,
-    and every decoding step has a new shape. Flash and memory-efficient attention have no plan."""
+    which torch prefers for bf16 and fp16, builds an execution plan for every new shape, and
+    batches and decoding steps keep bringing new shapes; flash and memory-efficient attention
+    have no plan. With cuDNN attention, bf16 decoding took 9.9 times fp32's time on an H200."""
     if torch.cuda.is_available():
         torch.backends.cuda.enable_cudnn_sdp(False)
 
