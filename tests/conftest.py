@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 
+from nmt_cli import Translator
 from nmt_cli.cli.main import main
 from nmt_cli.config import ModelConfig
 from nmt_cli.model import Transformer
@@ -327,3 +328,26 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
         assert nmt(*train_args(data, run, "model.dropout=0.0", "train.max_updates=400")) == 0
         made[src + tgt] = run / "checkpoints" / "checkpoint_last.pt"
     return Pairs(made["ende"], made["deen"])
+
+
+@pytest.fixture(scope="module")
+def pair_translators(pairs: Pairs) -> dict[str, Translator]:
+    """The two pairs loaded by the Python API, one thread each: what a server must answer."""
+    with one_thread():
+        return {
+            "en-de": Translator.load(pairs.en_de, device="cpu", precision="fp32"),
+            "de-en": Translator.load(pairs.de_en, device="cpu", precision="fp32"),
+        }
+
+
+# A status as Mastodon renders it: a mention (in its h-card), a hashtag and a link whose text is
+# split into an invisible scheme and the rest.
+MASTODON_ANNA = '<a href="https://mastodon.social/@anna" class="u-url mention">@<span>anna</span></a>'
+MASTODON_MENTION = f'<span class="h-card">{MASTODON_ANNA}</span>'
+MASTODON_HASHTAG = (
+    '<a href="https://mastodon.social/tags/summer" class="mention hashtag" rel="tag">#<span>summer</span></a>'
+)
+MASTODON_LINK = (
+    '<a href="https://example.org/a?b=1&amp;c=2" target="_blank" rel="nofollow noopener noreferrer">'
+    '<span class="invisible">https://</span><span class="ellipsis">example.org/a?b=1&amp;c=2</span></a>'
+)

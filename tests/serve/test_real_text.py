@@ -12,29 +12,17 @@ from collections.abc import Iterator
 import httpx
 import lxml.html
 import pytest
-from conftest import Pairs, one_thread
+from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION, Pairs, one_thread
 from serve_helpers import Server, running_server
 
 from nmt_cli import Translator
 
-ANNA = '<a href="https://mastodon.social/@anna" class="u-url mention">@<span>anna</span></a>'
-MENTION = f'<span class="h-card">{ANNA}</span>'
-HASHTAG = (
-    '<a href="https://mastodon.social/tags/summer" class="mention hashtag" rel="tag">#<span>summer</span></a>'
-)
-LINK = (
-    '<a href="https://example.org/a?b=1&amp;c=2" target="_blank" rel="nofollow noopener noreferrer">'
-    '<span class="invisible">https://</span><span class="">example.org/a?b=1&amp;c=2</span></a>'
-)
+MENTION, HASHTAG, LINK = MASTODON_MENTION, MASTODON_HASHTAG, MASTODON_LINK
 
 
 @pytest.fixture(scope="module")
-def offline(pairs: Pairs) -> dict[str, Translator]:
-    with one_thread():
-        return {
-            "en-de": Translator.load(pairs.en_de, device="cpu", precision="fp32"),
-            "de-en": Translator.load(pairs.de_en, device="cpu", precision="fp32"),
-        }
+def offline(pair_translators: dict[str, Translator]) -> dict[str, Translator]:
+    return pair_translators
 
 
 @pytest.fixture(scope="module")

@@ -6,21 +6,14 @@ aligned words, and any input, malformed too, gives HTML with the same elements a
 from __future__ import annotations
 
 import lxml.html
+from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
 
-ANNA = '<a href="https://mastodon.social/@anna" class="u-url mention">@<span>anna</span></a>'
-MENTION = f'<span class="h-card">{ANNA}</span>'
-HASHTAG = (
-    '<a href="https://mastodon.social/tags/summer" class="mention hashtag" rel="tag">#<span>summer</span></a>'
-)
-LINK = (
-    '<a href="https://example.org/a?b=1&amp;c=2" target="_blank" rel="nofollow noopener noreferrer">'
-    '<span class="invisible">https://</span><span class="ellipsis">example.org/a?b=1&amp;c=2</span></a>'
-)
+MENTION, HASHTAG, LINK = MASTODON_MENTION, MASTODON_HASHTAG, MASTODON_LINK
 
 
 def upper(texts: list[str]) -> list[tuple[str, Alignment]]:
