@@ -11,6 +11,7 @@ tag changes the translation, what sentence splitting does to paragraphs, and wha
   BLEU against the references joined the same way, beside the BLEU of the sentences one a line.
 - Cost: seconds of plain against tagged translation, and of sentences one a line against the
   same sentences as paragraphs split again, each after a warm-up.
+- How many lines of the test set (one sentence a line) splitting changes.
 
     .venv/bin/python bench/html_tags.py [--model avg.pt] [--data ../shared/data/multi30k]
 """
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     plain = translator.translate(sources, split_sentences=False)
     result["plain_s"] = round(time.perf_counter() - start, 2)
     result["sentence_bleu"] = round(sacrebleu.corpus_bleu(plain, [references]).score, 2)
+    # Whether splitting changes a test set of one sentence a line: nmt translate's default is off.
+    split_lines = translator.translate(sources)
+    result["one_a_line_changed_by_splitting"] = sum(a != b for a, b in zip(plain, split_lines, strict=True))
 
     tagged = tagged_lines(sources)
     layers = translator.ensemble.models[0].cfg.decoder_layers

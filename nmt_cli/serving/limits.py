@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nmt_cli.errors import InputError
-from nmt_cli.ranges import setting_problem
+from nmt_cli.ranges import Range, setting_problem
+
+# The values each option may take, declared as the decode settings' are (`ranges`).
+BOUNDS = {
+    "max_wait_ms": Range(float, 0, 60_000),
+    "max_queue": Range(int, 1, 10_000_000),
+    "max_input_chars": Range(int, 1, 10_000_000),
+    "max_lines": Range(int, 1, 1_000_000),
+    "request_timeout": Range(float, 0.1, 3600),
+    "max_client_connections": Range(int, 1, 1_000_000),
+}
 
 
 @dataclass(frozen=True)
@@ -32,13 +42,10 @@ class ServeLimits:
         problem = setting_problem("batch_tokens", self.max_batch_tokens)  # each request's batch_tokens
         if problem is not None:
             raise InputError(f"--max-batch-tokens {self.max_batch_tokens}: {problem}")
-        for name in ("max_queue", "max_input_chars", "max_lines", "max_client_connections"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0.1 <= self.request_timeout <= 3600:
-            raise InputError(f"--request-timeout {self.request_timeout}: must be from 0.1 to 3600 seconds")
-        if not 0 <= self.max_wait_ms <= 60_000:
-            raise InputError(f"--max-wait-ms {self.max_wait_ms}: must be from 0 to 60000")
+        for name, bound in BOUNDS.items():
+            problem = bound.problem(getattr(self, name))
+            if problem is not None:
+                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: {problem}")
         if self.max_lines > self.max_queue:
             raise InputError(
                 f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
