@@ -19,6 +19,7 @@ tag changes the translation, what sentence splitting does to paragraphs, and wha
 from __future__ import annotations
 
 import argparse
+import html
 import re
 import time
 from collections.abc import Callable
@@ -52,7 +53,7 @@ def tagged_lines(sources: list[str]) -> list[tuple[int, str, str]]:
         for found in WORD.finditer(line):
             if found.group().lower() in LEXICON:
                 escaped = [
-                    lxml.html.escape(part)
+                    html.escape(part, quote=False)
                     for part in (line[: found.start()], found.group(), line[found.end() :])
                 ]
                 out.append((number, f"{escaped[0]}<b>{escaped[1]}</b>{escaped[2]}", found.group().lower()))
@@ -65,7 +66,7 @@ def has(text: str, word: str) -> bool:
 
 
 def placement(translator: Translator, tagged: list[tuple[int, str, str]], plain: list[str]) -> dict:
-    outputs = translator.translate_html([html for _, html, _ in tagged])
+    outputs = translator.translate_html([fragment for _, fragment, _ in tagged])
     judged = right = same = 0
     for (number, _, word), out in zip(tagged, outputs, strict=True):
         root = lxml.html.fragment_fromstring(out, create_parent="div")
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["tagged_cost"] = {
         "lines": len(tagged),
         "plain_s": round(seconds(lambda: translator.translate(same_lines, split_sentences=False)), 2),
-        "html_s": round(seconds(lambda: translator.translate_html([html for _, html, _ in tagged])), 2),
+        "html_s": round(seconds(lambda: translator.translate_html([f for _, f, _ in tagged])), 2),
     }
 
     n = len(sources) // 4 * 4
