@@ -23,6 +23,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import int8
+from nmt_cli.decoding.constraints import Chosen, Constraints, Phrases, Progress, candidates, forbid_early_end
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
@@ -232,17 +233,24 @@ def _strip(row: list[int]) -> list[int]:
 
 @torch.inference_mode()
 def beam_search(
-    ensemble: Ensemble, src: Tensor, cfg: DecodeConfig, nbest: int = 1, vocab: Tensor | None = None
+    ensemble: Ensemble,
+    src: Tensor,
+    cfg: DecodeConfig,
+    nbest: int = 1,
+    vocab: Tensor | None = None,
+    constraints: Constraints | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first; `vocab`:
-    the target ids to search over (a shortlist), None for all.
+    the target ids to search over (a shortlist), None for all; `constraints`: phrases each
+    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold).
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
     hypothesis (scored with the length penalty); the first K others continue. A sentence
     is done when K hypotheses have finished (without `cfg.early_stopping`: once the best running
     one, scored at its length, cannot beat the worst of the K best finished) or it reaches its
     maximum length. The first step decodes one row per sentence (its K hypotheses would all be the
-    same), which then becomes K.
+    same), which then becomes K. With constraints, the candidates come in the order of
+    `constraints.candidates` instead of by score alone.
     """
     n, k, device = src.shape[0], cfg.beam, src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
@@ -254,25 +262,34 @@ def beam_search(
     scores = torch.zeros((n, 1), device=device)
     history = torch.empty((n, 1, 0), dtype=torch.long, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
-    rank = torch.arange(2 * k, device=device).unsqueeze(0)  # (1, 2K)
+    search = _Constrained(constraints.in_vocabulary(vocab), n, device) if constraints is not None else None
     for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch)  # (A*R, V), R rows per sentence
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
-        _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len, cfg.early_stopping)
+        row_limit = limit[active].repeat_interleave(r)
+        _constrain_length(log_probs, t, row_limit, cfg.min_len, cfg.early_stopping)
+        if search is not None:
+            search.forbid_early_end(log_probs, active, t + 1 >= row_limit)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
-        if r * width < 2 * k:  # a vocabulary smaller than 2K (tests): impossible candidates fill up
-            cand = torch.cat([cand, cand.new_full((a, 2 * k - r * width), float("-inf"))], dim=1)
-        top_scores, top_idx = top_k(cand, 2 * k)  # (A, 2K)
-        top_beam, top_tok = (top_idx // width).clamp_(max=r - 1), top_idx % width
+        if search is None:
+            top_scores, top_beam, top_tok = _best_continuations(cand, k, r, width)
+        else:
+            top_scores, top_beam, top_tok = search.candidates(cand, log_probs, active, k, width)
+        rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
         is_eos = top_tok == EOS_ID
-        candidates = Candidates(top_scores, top_beam, top_tok, is_eos & top_scores.isfinite() & (rank < k))
+        ending = is_eos & top_scores.isfinite() & (rank < k)
+        if search is not None:  # an EOS with a phrase unmet comes only at the length limit
+            ending &= search.may_end_at_limit(fin.scores[active], ending)
+        candidates = Candidates(top_scores, top_beam, top_tok, ending)
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
         if cfg.early_stopping:
             fin.take_free_slots(candidates, history, active, t, penalty)
         else:
             # At the length limit every candidate of the first K ends, whatever its last piece.
             at_limit = (t + 1 >= limit[active]).unsqueeze(1) & top_scores.isfinite() & (rank < k)
+            if search is not None:
+                at_limit &= search.may_end_at_limit(fin.scores[active], at_limit)
             ended = torch.cat(
                 [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), top_tok[..., None]], 2
             )
@@ -280,7 +297,7 @@ def beam_search(
             fin.keep_best((top_scores.double() / penalty).masked_fill(~ends, float("-inf")), ended, active)
 
         # Continue: the K best non-EOS candidates (there are always at least K).
-        order = torch.where(is_eos, rank + 2 * k, rank)
+        order = torch.where(is_eos, rank + rank.shape[1], rank)
         keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
         beams = top_beam.gather(1, keep_cols)
         scores = top_scores.gather(1, keep_cols)
@@ -288,16 +305,20 @@ def beam_search(
         history = torch.cat(
             [history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2
         )
+        if search is not None:
+            search.keep(keep_cols)
 
         if cfg.early_stopping:
             done = (fin.count[active] >= k) | (t + 1 >= limit[active])
         else:  # done once the best running score at its length cannot beat the worst finished one
-            best_running = scores[:, 0].double() / penalty
+            best_running = scores.amax(dim=1).double() / penalty
             worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
             done = (best_running <= worst) | (t + 1 >= limit[active])
         keep = (~done).nonzero()[:, 0]
         if keep.numel() == 0:
             break
+        if search is not None:
+            search.progress = search.progress.select((keep.unsqueeze(1) * k + rank[:, :k]).flatten())
         rows = (keep.unsqueeze(1) * r + beams[keep]).flatten()  # state rows of surviving hypotheses
         sentences = keep if keep.numel() < a else None  # memory rows move only when sentences leave
         batch.reorder(rows, sentences, beam=k)
@@ -305,6 +326,51 @@ def beam_search(
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
     return _best(fin.scores, batch.target_ids(fin.tokens), nbest)
+
+
+def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2K best of (A, R * V) candidate scores: their scores, hypotheses and pieces (A, 2K)."""
+    if r * width < 2 * k:  # a vocabulary smaller than 2K (tests): impossible candidates fill up
+        cand = torch.cat([cand, cand.new_full((cand.shape[0], 2 * k - r * width), float("-inf"))], dim=1)
+    top_scores, top_idx = top_k(cand, 2 * k)  # (A, 2K)
+    return top_scores, (top_idx // width).clamp_(max=r - 1), top_idx % width
+
+
+class _Constrained:
+    """The constraint side of a beam search: the batch's phrases and each hypothesis's progress."""
+
+    def __init__(self, constraints: Constraints, n: int, device: torch.device) -> None:
+        self.constraints = constraints
+        self.progress = Progress.start(n, constraints.ids.shape[1], device)
+        self.chosen: Chosen | None = None
+
+    def forbid_early_end(self, log_probs: Tensor, active: Tensor, at_limit: Tensor) -> None:
+        r = log_probs.shape[0] // active.numel()
+        lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)
+        forbid_early_end(log_probs, self.progress, lengths, at_limit)
+
+    def candidates(
+        self, cand: Tensor, log_probs: Tensor, active: Tensor, k: int, width: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        mine = self.constraints.select(active)
+        self.chosen = candidates(cand, log_probs, self.progress, mine, k, width)
+        return self.chosen.scores, self.chosen.beams, self.chosen.tokens
+
+    def may_end_at_limit(self, finished: Tensor, first: Tensor) -> Tensor:
+        """(A, M): at the length limit, a candidate ends if it met its phrases; one with a phrase
+        unmet only if its sentence has nothing better: no finished hypothesis, and no candidate
+        that met them among the `first` (A, M) that end now."""
+        assert self.chosen is not None
+        met = self.chosen.all_met
+        better = (finished.amax(dim=1) > float("-inf")) | (met & first).any(dim=1)
+        return met | ~better.unsqueeze(1)
+
+    def keep(self, columns: Tensor) -> None:
+        """The progress of the candidates that continue, `columns` (A, K) of the step's order."""
+        assert self.chosen is not None
+        m = self.chosen.scores.shape[1]
+        rows = (torch.arange(columns.shape[0], device=columns.device).unsqueeze(1) * m + columns).flatten()
+        self.progress = self.chosen.progress.select(rows)
 
 
 def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
@@ -325,14 +391,18 @@ def translate_batch(
     sampling: Sampling | None = None,
     shortlist: Shortlist | None = None,
     scores: bool = True,
+    constraints: Constraints | None = None,
 ) -> list[list[Hypothesis]]:
-    """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise; over
-    the batch's shortlist vocabulary when a shortlist is given. `scores=False`: the caller reads
-    no score, which greedy search may then leave out (NaN)."""
+    """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise (with
+    `constraints`, always); over the batch's shortlist vocabulary when a shortlist is given, with
+    the constraints' pieces added. `scores=False`: the caller reads no score, which greedy search
+    may then leave out (NaN)."""
     vocab = shortlist.vocabulary(src) if shortlist is not None else None
-    if sampling is not None or (cfg.beam == 1 and nbest == 1):
+    if constraints is not None and vocab is not None:
+        vocab = constraints.with_pieces(vocab)
+    if constraints is None and (sampling is not None or (cfg.beam == 1 and nbest == 1)):
         return greedy_search(ensemble, src, cfg, sampling, vocab, scores)
-    return beam_search(ensemble, src, cfg, nbest, vocab)
+    return beam_search(ensemble, src, cfg, nbest, vocab, constraints)
 
 
 def translate_sentences(
@@ -345,9 +415,12 @@ def translate_sentences(
     sampling: Sampling | None = None,
     shortlist: Shortlist | None = None,
     scores: bool = True,
+    constraints: list[Phrases] | None = None,
+    ordered: bool = False,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order
-    (`translate_batch`)."""
+    (`translate_batch`). `constraints`: each sentence's target phrases, met in the given order
+    when `ordered`."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -357,7 +430,9 @@ def translate_sentences(
     budget = max(batch_tokens // rows_per_source, int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
-        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist, scores)
+        phrases = [constraints[i] for i in idx] if constraints is not None else []
+        batch_constraints = Constraints.of(phrases, ordered, device) if any(phrases) else None
+        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist, scores, batch_constraints)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

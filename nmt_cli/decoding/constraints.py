@@ -1,0 +1,222 @@
+"""Lexically constrained beam search: target phrases that must appear in each translation, met by
+dynamic beam allocation (Post & Vilar, 2018), vectorised over the batch (Hu et al., 2019).
+
+Each hypothesis carries its progress through its sentence's constraints: which are met, and which
+one it is in the middle of and how far. At every step the candidates are the usual best
+continuations, the best continuation of each hypothesis, and each hypothesis's next constraint
+pieces (the next piece of the phrase it is in, or the first piece of each phrase it may start).
+Candidates are then grouped in banks by how many constraint pieces they have produced, and the
+beam is filled bank by bank: the best of each bank, then the second best of each, and so on, so
+that hypotheses that have met fewer constraints are not crowded out by likelier ones that met
+none, nor the other way round. A hypothesis may end only once every constraint is met (at the
+length limit it ends regardless, the constraints then unmet).
+
+Constraints are unordered by default: each may start wherever the search finds it best. With
+`ordered`, only the first unmet one may start (fairseq's `--constraints ordered`). A phrase broken
+off half-way (a piece other than its next one) starts over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt_cli.special_ids import EOS_ID, PAD_ID
+
+Phrases = list[list[int]]
+"""One sentence's constraints: each a target phrase as piece ids."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """The constraints of a batch of N sentences: `ids` (N, C, L) padded with PAD, `lengths` (N, C),
+    0 where a sentence has fewer than C phrases."""
+
+    ids: Tensor
+    lengths: Tensor
+    ordered: bool = False
+
+    @classmethod
+    def of(cls, phrases: list[Phrases], ordered: bool, device: torch.device) -> Constraints:
+        c = max([len(p) for p in phrases] + [1])
+        length = max([len(x) for p in phrases for x in p] + [1])
+        ids = torch.full((len(phrases), c, length), PAD_ID, dtype=torch.long)
+        lengths = torch.zeros((len(phrases), c), dtype=torch.long)
+        for i, sentence in enumerate(phrases):
+            for j, phrase in enumerate(sentence):
+                ids[i, j, : len(phrase)] = torch.tensor(phrase, dtype=torch.long)
+                lengths[i, j] = len(phrase)
+        return cls(ids.to(device), lengths.to(device), ordered)
+
+    def in_vocabulary(self, vocab: Tensor | None) -> Constraints:
+        """The phrases as columns of a batch vocabulary (`vocab` sorted after its special ids, as
+        `Shortlist.vocabulary` makes it and `with_pieces` keeps it); as they are for None."""
+        if vocab is None:
+            return self
+        columns = torch.searchsorted(vocab, self.ids).clamp_(max=vocab.numel() - 1)
+        ids = torch.where(self.lengths.unsqueeze(-1) > 0, columns, PAD_ID)
+        return Constraints(ids, self.lengths, self.ordered)
+
+    def select(self, sentences: Tensor) -> Constraints:
+        return Constraints(self.ids[sentences], self.lengths[sentences], self.ordered)
+
+    def with_pieces(self, vocab: Tensor) -> Tensor:
+        """`vocab` (special ids first, then sorted) with every constraint piece added: a shortlist
+        must not leave out a piece that a translation is forced to produce."""
+        specials = int((vocab < 4).sum())
+        pieces = self.ids[self.ids >= specials]
+        return torch.cat([vocab[:specials], torch.unique(torch.cat([vocab[specials:], pieces]))])
+
+    def total(self) -> Tensor:
+        """(N,) constraint pieces of each sentence."""
+        return self.lengths.sum(dim=1)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where each of B hypotheses stands: `met` (B, C), the phrase it is in (`current`, -1 for
+    none) and how many of its pieces it has produced (`at`)."""
+
+    met: Tensor
+    current: Tensor
+    at: Tensor
+
+    @classmethod
+    def start(cls, rows: int, c: int, device: torch.device) -> Progress:
+        none = torch.full((rows,), -1, dtype=torch.long, device=device)
+        return cls(torch.zeros((rows, c), dtype=torch.bool, device=device), none, torch.zeros_like(none))
+
+    def select(self, rows: Tensor) -> Progress:
+        return Progress(self.met[rows], self.current[rows], self.at[rows])
+
+    def pieces_met(self, lengths: Tensor) -> Tensor:
+        """(B,) constraint pieces produced so far, phrases met and the one in progress: the bank."""
+        return (self.met * lengths).sum(dim=1) + self.at
+
+    def all_met(self, lengths: Tensor) -> Tensor:
+        return (self.met | (lengths == 0)).all(dim=1)
+
+    def startable(self, lengths: Tensor, ordered: bool) -> Tensor:
+        """(B, C): the phrases each hypothesis may start now."""
+        open_ = ~self.met & (lengths > 0)
+        if ordered:  # only the first unmet phrase
+            first = open_.long().argmax(dim=1, keepdim=True)
+            open_ = open_ & (torch.arange(open_.shape[1], device=open_.device) == first)
+        return open_
+
+    def next_pieces(self, ids: Tensor, lengths: Tensor, ordered: bool) -> Tensor:
+        """(B, C): the pieces that would advance each hypothesis, PAD where none: the next piece of
+        the phrase it is in, else the first piece of each phrase it may start."""
+        c = torch.arange(ids.shape[1], device=ids.device)
+        inside = self.current >= 0
+        at = self.at.clamp(max=ids.shape[2] - 1)
+        following = ids.gather(2, at.view(-1, 1, 1).expand(-1, ids.shape[1], 1))[..., 0]
+        continuing = torch.where(c == self.current.unsqueeze(1), following, PAD_ID)
+        starting = torch.where(self.startable(lengths, ordered), ids[:, :, 0], PAD_ID)
+        return torch.where(inside.unsqueeze(1), continuing, starting)
+
+    def advanced(self, tokens: Tensor, ids: Tensor, lengths: Tensor, ordered: bool) -> Progress:
+        """The progress after each hypothesis produces `tokens` (B,); `ids` (B, C, L) and `lengths`
+        (B, C) are its sentence's phrases."""
+        c_range = torch.arange(ids.shape[1], device=ids.device)
+        phrase = self.current.clamp(min=0)
+        rows = torch.arange(len(tokens), device=ids.device)
+        expected = ids[rows, phrase, self.at.clamp(max=ids.shape[2] - 1)]
+        going_on = (self.current >= 0) & (tokens == expected)
+        at = torch.where(going_on, self.at + 1, 0)
+        finished = going_on & (at == lengths.gather(1, phrase.unsqueeze(1))[:, 0])
+        met = self.met | ((c_range == phrase.unsqueeze(1)) & finished.unsqueeze(1))
+        current = torch.where(going_on & ~finished, self.current, -1)
+        at = torch.where(finished, 0, at)
+        # A piece that does not continue a phrase may start one (the first it can, in order).
+        after = Progress(met, current, at)
+        starts = after.startable(lengths, ordered) & (ids[:, :, 0] == tokens.unsqueeze(1))
+        starts &= ~going_on.unsqueeze(1)
+        starting, first = starts.any(dim=1), starts.long().argmax(dim=1)
+        whole = starting & (lengths.gather(1, first.unsqueeze(1))[:, 0] == 1)
+        met = met | ((c_range == first.unsqueeze(1)) & whole.unsqueeze(1))
+        begun = starting & ~whole
+        return Progress(met, torch.where(begun, first, current), torch.where(begun, 1, at))
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A step's candidates of each of A sentences in the order the beam takes them (M = 2K + R +
+    R * C wide): scores, the hypothesis (0..R-1) each continues, its piece, and the progress each
+    would have (A * M rows)."""
+
+    scores: Tensor
+    beams: Tensor
+    tokens: Tensor
+    progress: Progress
+    all_met: Tensor  # (A, M)
+
+
+def forbid_early_end(log_probs: Tensor, progress: Progress, lengths: Tensor, at_limit: Tensor) -> None:
+    """No EOS for a hypothesis with an unmet phrase, unless it is at its length limit."""
+    log_probs[:, EOS_ID].masked_fill_(~progress.all_met(lengths) & ~at_limit, float("-inf"))
+
+
+def candidates(
+    cand: Tensor, log_probs: Tensor, progress: Progress, cons: Constraints, k: int, width: int
+) -> Chosen:
+    """The candidates of a constrained step, in bank order. `cand` (A, R * V): each continuation's
+    score; `log_probs` (A * R, V), the same scores row by row; `progress` (A * R rows) and `cons`
+    (A sentences) the hypotheses' progress and their sentences' phrases."""
+    a, r = cand.shape[0], progress.current.shape[0] // cand.shape[0]
+    device = cand.device
+    top_idx = cand.topk(min(2 * k, cand.shape[1]), dim=1).indices
+    best_tok = log_probs.argmax(dim=1).view(a, r)
+    own = torch.arange(r, device=device).expand(a, r)
+    ids, lengths = cons.ids.repeat_interleave(r, dim=0), cons.lengths.repeat_interleave(r, dim=0)
+    forced = progress.next_pieces(ids, lengths, cons.ordered).view(a, r * ids.shape[1])
+    forced_beam = own.repeat_interleave(ids.shape[1], dim=1)
+    beams = torch.cat([top_idx // width, own, forced_beam], dim=1)
+    tokens = torch.cat([top_idx % width, best_tok, forced.clamp(min=0)], dim=1)
+    valid = torch.cat([torch.ones_like(top_idx, dtype=torch.bool), torch.ones_like(own, dtype=torch.bool)], 1)
+    valid = torch.cat([valid, forced != PAD_ID], dim=1)
+    scores = cand.gather(1, beams * width + tokens).masked_fill(~valid, float("-inf"))
+    scores = _without_repeats(scores, beams * width + tokens)
+    rows = (torch.arange(a, device=device).unsqueeze(1) * r + beams).flatten()
+    m = beams.shape[1]
+    sentence_rows = torch.arange(a, device=device).repeat_interleave(m)
+    after = progress.select(rows).advanced(
+        tokens.flatten(), cons.ids[sentence_rows], cons.lengths[sentence_rows], cons.ordered
+    )
+    lengths_rows = cons.lengths[sentence_rows]
+    bank = after.pieces_met(lengths_rows).view(a, m)
+    order = _bank_order(scores, bank, int(cons.total().max()) + 1)
+    flat = (torch.arange(a, device=device).unsqueeze(1) * m + order).flatten()
+    return Chosen(
+        scores.gather(1, order),
+        beams.gather(1, order),
+        tokens.gather(1, order),
+        after.select(flat),
+        after.all_met(lengths_rows).view(a, m).gather(1, order),
+    )
+
+
+def _without_repeats(scores: Tensor, keys: Tensor) -> Tensor:
+    """`scores` with -inf for every repeat of a (hypothesis, piece) candidate after its first:
+    one continuation must not fill two places of the beam."""
+    sorted_keys, at = keys.sort(dim=1, stable=True)
+    repeat = torch.zeros_like(sorted_keys, dtype=torch.bool)
+    repeat[:, 1:] = sorted_keys[:, 1:] == sorted_keys[:, :-1]
+    return scores.masked_fill(repeat.new_zeros(repeat.shape).scatter(1, at, repeat), float("-inf"))
+
+
+def _bank_order(scores: Tensor, bank: Tensor, banks: int) -> Tensor:
+    """(A, M) candidate columns in the order the beam takes them: the best of each bank (the bank
+    with more constraint pieces first), then the second best of each, ...; impossible ones last."""
+    same = bank.unsqueeze(2) == bank.unsqueeze(1)
+    m = scores.shape[1]
+    earlier = torch.arange(m, device=scores.device)
+    ahead = (scores.unsqueeze(1) > scores.unsqueeze(2)) | (
+        (scores.unsqueeze(1) == scores.unsqueeze(2)) & (earlier.view(1, 1, m) < earlier.view(1, m, 1))
+    )
+    rank = (same & ahead).sum(dim=2)  # how many of its bank go before it
+    key = rank * banks + (banks - 1 - bank)
+    key = key.masked_fill(~scores.isfinite(), m * banks + banks)
+    return key.argsort(dim=1, stable=True)

@@ -1,0 +1,143 @@
+"""Lexically constrained beam search: every phrase met, in order where asked, with the batch's
+other sentences searched as without constraints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VARIANTS, tiny_model
+
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.constraints import Constraints, Progress
+from nmt_cli.decoding.search import Ensemble, beam_search, translate_batch
+from nmt_cli.model import Transformer
+from nmt_cli.special_ids import EOS_ID, PAD_ID
+
+VOCAB = 30
+
+
+def tiny(seed: int = 0, **variant: object) -> Transformer:
+    model = tiny_model(VOCAB, seed, **variant)
+    with torch.no_grad():  # sharp distributions, so that a constraint goes against the model
+        model.tgt_embed.tokens.weight.mul_(8.0)
+    return model
+
+
+def sources(rows: int = 6, length: int = 7) -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, VOCAB, (rows, length), generator=g)
+    src[:, -1] = EOS_ID
+    src[1, 4:] = PAD_ID
+    src[1, 3] = EOS_ID
+    return src
+
+
+def contains(tokens: list[int], phrase: list[int]) -> int:
+    """Where `phrase` first starts in `tokens`, -1 if it does not occur."""
+    for i in range(len(tokens) - len(phrase) + 1):
+        if tokens[i : i + len(phrase)] == phrase:
+            return i
+    return -1
+
+
+PHRASES = [[[7, 8]], [[12]], [[20, 21, 22], [5]], [], [[9], [9, 10]], [[25, 4], [6, 11]]]
+"""One sentence's phrases a row of `sources()`: several pieces, one, two phrases, none, overlapping."""
+
+
+def decode(beam: int = 4, early_stopping: bool = False) -> DecodeConfig:
+    return DecodeConfig(beam=beam, lenpen=1.0, max_len_a=1.5, max_len_b=6, early_stopping=early_stopping)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("early_stopping", [False, True])
+def test_every_phrase_is_met(variant: str, early_stopping: bool) -> None:
+    model = tiny(**VARIANTS[variant])
+    constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
+    found = beam_search(Ensemble([model]), sources(), decode(early_stopping=early_stopping), 2, None, constraints)
+    for hyps, phrases in zip(found, PHRASES, strict=True):
+        assert hyps, "each sentence gets hypotheses"
+        for hyp in hyps:  # the n-best too
+            for phrase in phrases:
+                assert contains(hyp.tokens, phrase) >= 0, (hyp.tokens, phrase)
+
+
+def test_the_model_would_not_produce_them_unasked() -> None:
+    # Otherwise the test above would pass without any constraint.
+    found = beam_search(Ensemble([tiny()]), sources(), decode())
+    missing = [
+        phrase for hyps, phrases in zip(found, PHRASES, strict=True) for phrase in phrases
+        if contains(hyps[0].tokens, phrase) < 0
+    ]  # fmt: skip
+    assert len(missing) >= 6
+
+
+def test_ordered_phrases_come_in_the_order_given() -> None:
+    phrases = [[[15], [7, 8]], [[21], [20]], [[6, 11], [25]], [[5], [9]], [[13], [14]], [[4], [4]]]
+    constraints = Constraints.of(phrases, True, torch.device("cpu"))
+    found = beam_search(Ensemble([tiny()]), sources(), decode(), 1, None, constraints)
+    for hyps, (first, second) in zip(found, phrases, strict=True):
+        tokens = hyps[0].tokens
+        start = contains(tokens, first)
+        assert start >= 0
+        assert contains(tokens[start + len(first) :], second) >= 0, (tokens, first, second)
+
+
+def test_a_sentence_without_phrases_is_searched_as_without_constraints() -> None:
+    model = tiny()
+    plain = beam_search(Ensemble([model]), sources(), decode(), 3)
+    constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
+    constrained = beam_search(Ensemble([model]), sources(), decode(), 3, None, constraints)
+    assert [h.tokens for h in constrained[3]] == [h.tokens for h in plain[3]]
+    assert [h.score for h in constrained[3]] == pytest.approx([h.score for h in plain[3]])
+
+
+def test_an_ensemble_and_beam_one_meet_them_too() -> None:
+    constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
+    ensemble = Ensemble([tiny(0), tiny(1)])
+    found = translate_batch(ensemble, sources(), decode(beam=1), constraints=constraints)
+    for hyps, phrases in zip(found, PHRASES, strict=True):
+        assert all(contains(hyps[0].tokens, p) >= 0 for p in phrases)
+
+
+def test_a_shortlist_keeps_the_constraint_pieces() -> None:
+    # A vocabulary of the special ids and 10..19 only: the phrases' pieces must be added to it.
+    vocab = torch.cat([torch.arange(4), torch.arange(10, 20)])
+    phrases = [[[7, 8]], [[25]], [], [[12]], [[5], [6]], [[29, 4]]]
+    constraints = Constraints.of(phrases, False, torch.device("cpu"))
+    found = beam_search(
+        Ensemble([tiny()]), sources(), decode(), 1, constraints.with_pieces(vocab), constraints
+    )
+    allowed = set(range(10, 20)) | {p for sentence in phrases for phrase in sentence for p in phrase}
+    for hyps, sentence in zip(found, phrases, strict=True):
+        assert set(hyps[0].tokens) <= allowed
+        assert all(contains(hyps[0].tokens, p) >= 0 for p in sentence)
+
+
+def test_progress_follows_a_phrase_and_starts_over_when_it_breaks() -> None:
+    ids = torch.tensor([[[5, 6, 7], [9, PAD_ID, PAD_ID]]])
+    lengths = torch.tensor([[3, 1]])
+    progress = Progress.start(1, 2, torch.device("cpu"))
+    seen = []
+    for token in [5, 6, 4, 5, 9, 6, 7]:
+        progress = progress.advanced(torch.tensor([token]), ids, lengths, ordered=False)
+        seen.append((progress.met[0].tolist(), int(progress.current[0]), int(progress.at[0])))
+    assert seen == [
+        ([False, False], 0, 1),
+        ([False, False], 0, 2),
+        ([False, False], -1, 0),  # broken off: starts over
+        ([False, False], 0, 1),
+        ([False, True], -1, 0),  # 9 breaks the first phrase and meets the second
+        ([False, True], -1, 0),
+        ([False, True], -1, 0),
+    ]
+    assert int(progress.pieces_met(lengths)[0]) == 1
+    assert progress.next_pieces(ids, lengths, ordered=False)[0].tolist() == [5, PAD_ID]
+
+
+def test_ordered_progress_starts_only_the_first_unmet_phrase() -> None:
+    ids = torch.tensor([[[5, PAD_ID], [9, PAD_ID]]])
+    lengths = torch.tensor([[1, 1]])
+    start = Progress.start(1, 2, torch.device("cpu"))
+    assert start.next_pieces(ids, lengths, ordered=True)[0].tolist() == [5, PAD_ID]
+    assert start.advanced(torch.tensor([9]), ids, lengths, ordered=True).met[0].tolist() == [False, False]
+    assert start.advanced(torch.tensor([9]), ids, lengths, ordered=False).met[0].tolist() == [False, True]
