@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeConfig
+from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import check_readable, decode_line
 from nmt_cli.decoding.alignment import pharaoh
-from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve
+from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve, with_terms
+from nmt_cli.decoding.terms import ConstraintError
 from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
@@ -53,11 +55,17 @@ def run(
     split_sentences: bool = False,
     alignments: bool = False,
     text_format: str = "text",
+    constraints: bool = False,
+    ordered_constraints: bool = False,
+    glossary: Path | None = None,
 ) -> None:
     """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`;
     `split_sentences`: each line sentence by sentence; `alignments`: each translation followed by a
     tab and its word alignment (Pharaoh's "i-j" pairs); `text_format` "html": each line an HTML
-    fragment, translated with its markup kept (its blocks sentence by sentence)."""
+    fragment, translated with its markup kept (its blocks sentence by sentence). `constraints`:
+    each line is the source, then a tab before each phrase its translation must contain
+    (fairseq-interactive's --constraints), in that order with `ordered_constraints`; `glossary`: a
+    TSV of terms enforced where a sentence holds their source side (`data.glossary`)."""
     reporter = Reporter(quiet)
     if buffer_size < 1:
         raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
@@ -65,10 +73,14 @@ def run(
         raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
     if text_format not in FORMATS:
         raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
-    if text_format == "html" and (nbest > 1 or alignments):
+    if text_format == "html" and (nbest > 1 or alignments or constraints):
         raise InputError(
-            "--format html: one translation a line, with its markup; leave out --nbest and --alignments"
+            "--format html: one translation a line, with its markup; leave out --nbest, --alignments "
+            "and --constraints (a --glossary applies to HTML too)"
         )
+    if ordered_constraints and not constraints:
+        raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
+    terms = Glossary.read(glossary) if glossary is not None else None
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
     resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
     dev = resolve_device(runtime.device)
@@ -82,7 +94,9 @@ def run(
     if output_path is not None:
         not_an_input(output_path, [*models, *([input_path] if input_path is not None else [])], "--output")
     translator = load_translator(models, dev, precision)
-    settings = translator.settings(decode, nbest, batch_tokens, sampling)
+    settings = with_terms(
+        translator.settings(decode, nbest, batch_tokens, sampling), terms, ordered_constraints
+    )
     if nbest == 1:  # the output is the text alone
         settings = dataclasses.replace(settings, scores=False, alignments=alignments)
     source = input_path.open("rb") if input_path is not None else _stdin()
@@ -91,12 +105,21 @@ def run(
     translate: Translate
     if text_format == "html":
         translate = functools.partial(_html_results, translator, settings)
+    elif constraints:
+        translate = functools.partial(_constrained_results, translator, settings)
     else:
         translate = functools.partial(translator.translate_texts, settings=settings, split=split_sentences)
 
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
-        _translate_stream, translate, source, name, buffer_size=buffer_size, nbest=nbest, emptied=emptied
+        _translate_stream,
+        translate,
+        source,
+        name,
+        buffer_size=buffer_size,
+        nbest=nbest,
+        emptied=emptied,
+        whole_lines=constraints or not (split_sentences or text_format == "html"),
     )
     try:
         if output_path is None or destination is None:
@@ -119,6 +142,12 @@ def run(
             f"{translator.truncated} input lines were longer than the model's "
             f"{translator.max_source} pieces and were truncated"
         )
+
+
+def _constrained_results(translator: Translator, settings: DecodeSettings, lines: list[str]) -> list[Result]:
+    """Lines in fairseq-interactive's --constraints format: the source, a tab before each phrase."""
+    fields = [line.split("\t") for line in lines]
+    return translator.translate_texts([f[0] for f in fields], settings, constraints=[f[1:] for f in fields])
 
 
 def _html_results(translator: Translator, settings: DecodeSettings, fragments: list[str]) -> list[Result]:
@@ -214,15 +243,23 @@ def _translate_stream(
     buffer_size: int,
     nbest: int,
     emptied: collections.Counter[str] | None = None,
+    whole_lines: bool = True,
 ) -> None:
     """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
     of input lines done so far; `emptied["lines"]` counts the non-empty lines translated to
     nothing. A buffer's output goes out in one write, so that a process killed while it translates
-    (where nearly all the time goes) leaves only complete lines behind."""
+    (where nearly all the time goes) leaves only complete lines behind. A phrase that cannot be
+    met is named by its input line where `whole_lines` are translated (not cut into sentences)."""
     number = 0
     for lines in _buffers(source, name, buffer_size):
         chunk = []
-        for line, result in zip(lines, translate(lines), strict=True):
+        try:
+            results = translate(lines)
+        except ConstraintError as err:
+            if not whole_lines:
+                raise
+            raise InputError(f"{name}:{number + err.line + 1}: {err.problem}") from None
+        for line, result in zip(lines, results, strict=True):
             hyps = result.hyps
             if emptied is not None and line.strip() and not hyps[0][0]:
                 emptied["lines"] += 1

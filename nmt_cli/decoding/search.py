@@ -23,6 +23,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import int8
+from nmt_cli.decoding.alignment import default_layer
 from nmt_cli.decoding.constraints import Chosen, Constraints, Phrases, Progress, candidates, forbid_early_end
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
@@ -37,6 +38,30 @@ class Hypothesis:
     """Generated ids without the final EOS."""
     score: float
     """Sum of log-probabilities divided by the length penalty."""
+    links: list[int] | None = None
+    """Where the search was asked to align: for each token, the source position (EOS left out) the
+    first model's watched decoder layer attended to most while predicting it."""
+
+
+LINK = 1 << 32
+"""Searches that align keep each token with its link in one integer, token + link * LINK, so that
+the bookkeeping that moves tokens moves links with them."""
+
+
+def _hypotheses(stored: Tensor, scores: Tensor, batch: Batch) -> list[list[Hypothesis]]:
+    """(N, H, T) stored tokens and (N, H) scores as each sentence's hypotheses, -inf ones left out;
+    target ids, and links where the search aligned."""
+    aligned = batch.alignable is not None
+    tokens = batch.target_ids(stored % LINK if aligned else stored).tolist()
+    links = (stored // LINK).tolist() if aligned else None
+    found: list[list[Hypothesis]] = []
+    for n, (rows, row_scores) in enumerate(zip(tokens, scores.tolist(), strict=True)):
+        found.append([])
+        for h, (row, score) in enumerate(zip(rows, row_scores, strict=True)):
+            if score != float("-inf"):
+                kept = _strip(row)
+                found[n].append(Hypothesis(kept, score, links[n][h][: len(kept)] if links else None))
+    return found
 
 
 def length_penalty(length: int, alpha: float, style: str) -> float:
@@ -64,10 +89,26 @@ class Batch:
     states: list[DecoderState]
     vocab: Tensor | None = None
     projections: list[Callable[[Tensor], Tensor] | None] = field(default_factory=list)
+    alignable: Tensor | None = None
+    """Where the search aligns: (sentences, S), True at the source positions a link may name."""
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
         """Keep hypothesis `rows`, and memory rows `sentences` (`DecoderState.reorder`)."""
         self.states = [state.reorder(rows, sentences, beam) for state in self.states]
+        if self.alignable is not None and sentences is not None:
+            self.alignable = self.alignable[sentences]
+
+    def stored(self, tokens: Tensor, rows: Tensor) -> Tensor:
+        """`tokens` (A, X) chosen as continuations of hypothesis `rows` (A, X, indices into the
+        last step's rows) as the search stores them: with their links (`LINK`) where it aligns;
+        EOS alone, as it has no link."""
+        if self.alignable is None or self.states[0].attended is None:
+            return tokens
+        attended = self.states[0].attended
+        weights = attended[:, -1]  # (rows, S)
+        allowed = self.alignable.repeat_interleave(weights.shape[0] // self.alignable.shape[0], dim=0)
+        links = weights.masked_fill(~allowed, -1.0).argmax(dim=1)
+        return torch.where(tokens == EOS_ID, tokens, tokens + links[rows] * LINK)
 
     def target_ids(self, ids: Tensor) -> Tensor:
         """Ids of the batch's vocabulary as target ids (the special ids are both)."""
@@ -112,15 +153,18 @@ class Ensemble:
         """The first token fed to the decoder (the models agree: checked at load)."""
         return self.models[0].cfg.start_id
 
-    def start(self, src: Tensor, repeat: int, vocab: Tensor | None = None) -> Batch:
+    def start(self, src: Tensor, repeat: int, vocab: Tensor | None = None, align: bool = False) -> Batch:
         """Encode a batch for `repeat` hypotheses per sentence; `vocab`: the target ids to score
-        (a shortlist's, `Shortlist.vocabulary`), None for the whole vocabulary."""
+        (a shortlist's, `Shortlist.vocabulary`), None for the whole vocabulary; `align`: record
+        the first model's cross-attention at the layer that aligns (`alignment.default_layer`)."""
         states = []
-        for model in self.models:
+        for i, model in enumerate(self.models):
             memory, src_mask = _encode(model, src)
-            states.append(model.init_state(memory, src_mask, beam=repeat))
+            watch = default_layer(model) if align and i == 0 else None
+            states.append(model.init_state(memory, src_mask, beam=repeat, watch=watch))
         projections = [None if vocab is None else _projection(model, vocab) for model in self.models]
-        return Batch(states, vocab, projections)
+        alignable = (src != PAD_ID) & (src != EOS_ID) if align else None
+        return Batch(states, vocab, projections, alignable)
 
     def step(self, tokens: Tensor, batch: Batch, normalize: bool = True) -> Tensor:
         """Feed the newest tokens (rows, 1), ids of the batch's vocabulary -> log-probabilities
@@ -189,17 +233,19 @@ def greedy_search(
     sampling: Sampling | None = None,
     vocab: Tensor | None = None,
     scores: bool = True,
+    align: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
     `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply. `vocab`:
     the target ids to choose from (a shortlist), None for all. `scores=False`: the hypotheses'
     scores are not wanted (NaN), so that the search takes the largest logit and skips the
-    softmax, as CTranslate2 does (5% of greedy decoding's time with an 8,000-piece vocabulary)."""
+    softmax, as CTranslate2 does (5% of greedy decoding's time with an 8,000-piece vocabulary).
+    `align`: each hypothesis with its links (`Hypothesis.links`)."""
     normalize = scores or sampling is not None
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
-    batch = ensemble.start(src, 1, vocab)
+    batch = ensemble.start(src, 1, vocab, align)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
@@ -213,7 +259,7 @@ def greedy_search(
             assert keys is not None
             tokens = draw(log_probs, sampling, uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
-        out[active, t] = tokens[:, 0]
+        out[active, t] = batch.stored(tokens[:, 0], torch.arange(tokens.shape[0], device=device))
         if normalize:
             totals[active] += best[:, 0]
         running = tokens[:, 0] != EOS_ID
@@ -223,8 +269,7 @@ def greedy_search(
                 break
             active, tokens = active[keep], tokens[keep]
             batch.reorder(keep, keep)
-    out = batch.target_ids(out)
-    return [[Hypothesis(_strip(row), float(s))] for row, s in zip(out.tolist(), totals.tolist(), strict=True)]
+    return _hypotheses(out.unsqueeze(1), totals.unsqueeze(1), batch)
 
 
 def _strip(row: list[int]) -> list[int]:
@@ -239,10 +284,12 @@ def beam_search(
     nbest: int = 1,
     vocab: Tensor | None = None,
     constraints: Constraints | None = None,
+    align: bool = False,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first; `vocab`:
     the target ids to search over (a shortlist), None for all; `constraints`: phrases each
-    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold).
+    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold); `align`:
+    each hypothesis with its links (`Hypothesis.links`).
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
     hypothesis (scored with the length penalty); the first K others continue. A sentence
@@ -255,7 +302,7 @@ def beam_search(
     n, k, device = src.shape[0], cfg.beam, src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab)
+    batch = ensemble.start(src, 1, vocab, align)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids still searching
@@ -278,6 +325,7 @@ def beam_search(
             top_scores, top_beam, top_tok = search.candidates(cand, log_probs, active, k, width)
         rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
         is_eos = top_tok == EOS_ID
+        stored = batch.stored(top_tok, torch.arange(a, device=device).unsqueeze(1) * r + top_beam)
         ending = is_eos & top_scores.isfinite() & (rank < k)
         if search is not None:  # an EOS with a phrase unmet comes only at the length limit
             ending &= search.may_end_at_limit(fin.scores[active], ending)
@@ -291,7 +339,7 @@ def beam_search(
             if search is not None:
                 at_limit &= search.may_end_at_limit(fin.scores[active], at_limit)
             ended = torch.cat(
-                [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), top_tok[..., None]], 2
+                [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), stored[..., None]], 2
             )
             ends = candidates.ending | at_limit
             fin.keep_best((top_scores.double() / penalty).masked_fill(~ends, float("-inf")), ended, active)
@@ -303,7 +351,11 @@ def beam_search(
         scores = top_scores.gather(1, keep_cols)
         new_tok = top_tok.gather(1, keep_cols)
         history = torch.cat(
-            [history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)), new_tok.unsqueeze(-1)], 2
+            [
+                history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)),
+                stored.gather(1, keep_cols).unsqueeze(-1),
+            ],
+            2,
         )
         if search is not None:
             search.keep(keep_cols)
@@ -325,7 +377,9 @@ def beam_search(
         per_sentence = k
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
-    return _best(fin.scores, batch.target_ids(fin.tokens), nbest)
+    order = fin.scores.argsort(dim=1, descending=True)[:, :nbest]
+    best = fin.tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, fin.tokens.shape[-1]))
+    return _hypotheses(best, fin.scores.gather(1, order), batch)
 
 
 def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -373,16 +427,6 @@ class _Constrained:
         self.progress = self.chosen.progress.select(rows)
 
 
-def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
-    order = fin_scores.argsort(dim=1, descending=True)[:, :nbest]
-    scores = fin_scores.gather(1, order).tolist()
-    tokens = fin_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, fin_tokens.shape[-1])).tolist()
-    return [
-        [Hypothesis(_strip(t), s) for t, s in zip(ts, ss, strict=True) if s != float("-inf")]
-        for ts, ss in zip(tokens, scores, strict=True)
-    ]
-
-
 def translate_batch(
     ensemble: Ensemble,
     src: Tensor,
@@ -392,17 +436,18 @@ def translate_batch(
     shortlist: Shortlist | None = None,
     scores: bool = True,
     constraints: Constraints | None = None,
+    align: bool = False,
 ) -> list[list[Hypothesis]]:
     """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise (with
     `constraints`, always); over the batch's shortlist vocabulary when a shortlist is given, with
     the constraints' pieces added. `scores=False`: the caller reads no score, which greedy search
-    may then leave out (NaN)."""
+    may then leave out (NaN); `align`: hypotheses with their links."""
     vocab = shortlist.vocabulary(src) if shortlist is not None else None
     if constraints is not None and vocab is not None:
         vocab = constraints.with_pieces(vocab)
     if constraints is None and (sampling is not None or (cfg.beam == 1 and nbest == 1)):
-        return greedy_search(ensemble, src, cfg, sampling, vocab, scores)
-    return beam_search(ensemble, src, cfg, nbest, vocab, constraints)
+        return greedy_search(ensemble, src, cfg, sampling, vocab, scores, align)
+    return beam_search(ensemble, src, cfg, nbest, vocab, constraints, align)
 
 
 def translate_sentences(
@@ -417,10 +462,11 @@ def translate_sentences(
     scores: bool = True,
     constraints: list[Phrases] | None = None,
     ordered: bool = False,
+    align: bool = False,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order
     (`translate_batch`). `constraints`: each sentence's target phrases, met in the given order
-    when `ordered`."""
+    when `ordered`; `align`: hypotheses with their links (`Hypothesis.links`)."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -432,7 +478,9 @@ def translate_sentences(
         src = collate([sentences[i] for i in idx])["src"].to(device)
         phrases = [constraints[i] for i in idx] if constraints is not None else []
         batch_constraints = Constraints.of(phrases, ordered, device) if any(phrases) else None
-        hyps = translate_batch(ensemble, src, cfg, nbest, sampling, shortlist, scores, batch_constraints)
+        hyps = translate_batch(
+            ensemble, src, cfg, nbest, sampling, shortlist, scores, batch_constraints, align
+        )
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

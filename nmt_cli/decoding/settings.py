@@ -12,9 +12,12 @@ check its options before it loads anything.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from nmt_cli.config import DecodeConfig
+from nmt_cli.data.glossary import Glossary
 from nmt_cli.errors import SettingError
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides
@@ -90,6 +93,10 @@ class DecodeSettings:
     softmax and gives NaN scores."""
     alignments: bool = False
     """Whether the best hypothesis of each line gets its word alignment (`decoding.alignment`)."""
+    glossary: Glossary | None = None
+    """Terms whose target side a translation must contain where the line holds the source side."""
+    ordered_constraints: bool = False
+    """Whether a line's phrases must appear in the order given (else in any order)."""
 
 
 def resolve(
@@ -126,3 +133,31 @@ def resolve(
         name = "max_len_b" if "max_len_b" in given else "max_len_a"
         raise SettingError(name, 0, "{max_len_a} and {max_len_b} are both 0: no room for a translation")
     return DecodeSettings(settings, count, int(batch_tokens), sampling)  # type: ignore[call-overload]
+
+
+class DecodeOptions(TypedDict, total=False):
+    """What `translate` and `translate_nbest` take by keyword, as `nmt translate`'s options of the
+    same names (None: the checkpoint's recipe); for that call only."""
+
+    beam: int | None
+    lenpen: float | None
+    lenpen_style: str | None
+    max_len_a: float | None
+    max_len_b: int | None
+    min_len: int | None
+    shortlist: bool | None
+    batch_tokens: int
+    sampling: Sampling | None
+    glossary: Glossary | Mapping[str, str] | None
+    ordered_constraints: bool
+
+
+def with_terms(settings: DecodeSettings, glossary: object, ordered: object) -> DecodeSettings:
+    """`settings` with a glossary (a `Glossary`, or a mapping of source terms to target terms; None
+    for none) and whether a line's phrases keep their order."""
+    check_setting("ordered_constraints", ordered)
+    if glossary is not None and not isinstance(glossary, Glossary):
+        if not isinstance(glossary, Mapping):
+            raise SettingError("glossary", type(glossary).__name__, "must map source terms to target terms")
+        glossary = Glossary.of(glossary)
+    return dataclasses.replace(settings, glossary=glossary, ordered_constraints=bool(ordered))

@@ -8,6 +8,8 @@
     t.translate(["A man rides a bike."], shortlist=True)  # over the model's shortlist (`nmt shortlist`)
     t.translate(["A dog runs."], alignments=True)  # [(text, ((0, 0), (1, 1), ...))]: word links
     t.translate_html(["<p>A <b>big</b> dog runs.</p>"])  # markup kept, on the aligned words
+    t.translate(["A man rides a bike."], constraints=[["Fahrrad"]])  # must contain "Fahrrad"
+    t.translate(["A man rides a bike."], glossary={"bike": "Fahrrad"})  # where the line says "bike"
 
 A line of several sentences is cut into sentences, each translated alone, and the translations
 joined with the whitespace that separated them (`split_sentences=False` translates lines whole).
@@ -26,7 +28,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict, Unpack, cast, overload
+from typing import Any, Literal, Unpack, cast, overload
 
 import numpy as np
 import torch
@@ -36,7 +38,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding.alignment import Alignment, best_alignments
+from nmt_cli.decoding.alignment import Alignment, word_alignment
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
     PRECISIONS,
     decoding_workers,
@@ -45,31 +47,25 @@ from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders,
     load_translator,
     load_translators,
 )
-from nmt_cli.decoding.search import Ensemble, translate_sentences
-from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeSettings, Sampling, resolve
+from nmt_cli.decoding.search import Ensemble, Hypothesis, translate_sentences
+from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's, imported from here too)
+    BATCH_TOKENS,
+    DecodeOptions,
+    DecodeSettings,
+    Sampling,
+    resolve,
+    with_terms,
+)
+from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import check_setting
+from nmt_cli.special_ids import UNK_ID
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-
-
-class DecodeOptions(TypedDict, total=False):
-    """What `translate` and `translate_nbest` take by keyword, as `nmt translate`'s options of the
-    same names (None: the checkpoint's recipe); for that call only."""
-
-    beam: int | None
-    lenpen: float | None
-    lenpen_style: str | None
-    max_len_a: float | None
-    max_len_b: int | None
-    min_len: int | None
-    shortlist: bool | None
-    batch_tokens: int
-    sampling: Sampling | None
 
 
 @dataclass
@@ -141,6 +137,7 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: Literal[False] = False,
+        constraints: Sequence[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[str]: ...
 
@@ -151,6 +148,7 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: Literal[True],
+        constraints: Sequence[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[tuple[str, Alignment]]: ...
 
@@ -160,14 +158,18 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: bool = False,
+        constraints: Sequence[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[str] | list[tuple[str, Alignment]]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty
         line. `alignments`: each with its word alignment, (source word, target word) pairs with
-        words counted over the whole line."""
+        words counted over the whole line. `constraints`: a list of target phrases for each line,
+        which its translation must contain (such lines are translated whole); `glossary=`: terms
+        enforced where a sentence holds their source side; `ordered_constraints=True`: the phrases
+        in the order given. A phrase that cannot be met raises `ConstraintError` (an InputError)."""
         lines = text_lines(lines, "translate")
         settings = dataclasses.replace(self._settings_of(options, 1), scores=False, alignments=alignments)
-        results = self.translate_texts(lines, settings, split_sentences)
+        results = self.translate_texts(lines, settings, split_sentences, constraints)
         if alignments:
             return [(r.hyps[0][0], r.alignment or ()) for r in results]
         return [r.hyps[0][0] for r in results]
@@ -202,6 +204,7 @@ class Translator:
         nbest: int = 1,
         *,
         split_sentences: bool = True,
+        constraints: Sequence[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
@@ -209,11 +212,10 @@ class Translator:
         given; `sampling` draws one hypothesis per line instead of searching) apply to this call
         only; one out of range, or in conflict with another, raises `SettingError`. A line of
         several sentences gets as its i-th hypothesis the i-th of each sentence, joined, scored by
-        their mean."""
+        their mean. `constraints`, `glossary=` and `ordered_constraints=` as `translate` takes them."""
         lines = text_lines(lines, "translate_nbest")
-        return [
-            r.hyps for r in self.translate_texts(lines, self._settings_of(options, nbest), split_sentences)
-        ]
+        settings = self._settings_of(options, nbest)
+        return [r.hyps for r in self.translate_texts(lines, settings, split_sentences, constraints)]
 
     def _settings_of(self, options: DecodeOptions, nbest: int) -> DecodeSettings:
         unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
@@ -221,7 +223,10 @@ class Translator:
             raise TypeError(f"translate_nbest() got an unexpected keyword argument {unknown[0]!r}")
         given = cast(dict[str, Any], options)
         search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
-        return self.settings(search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling"))
+        settings = self.settings(
+            search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")
+        )
+        return with_terms(settings, given.get("glossary"), given.get("ordered_constraints", False))
 
     def settings(
         self,
@@ -245,27 +250,42 @@ class Translator:
         """Hypotheses for each line, whole, with settings made by `settings()`."""
         return [r.hyps for r in self.translate_results(lines, settings)]
 
-    def translate_results(self, lines: Sequence[str], settings: DecodeSettings) -> list[Result]:
-        """Each line translated whole, with its alignment where `settings.alignments` asks."""
+    def translate_results(
+        self,
+        lines: Sequence[str],
+        settings: DecodeSettings,
+        constraints: Sequence[Sequence[str]] | None = None,
+    ) -> list[Result]:
+        """Each line translated whole, with its alignment where `settings.alignments` asks, and
+        with its `constraints` and the glossary's terms it matches (`decoding.terms`)."""
         if settings.alignments and not self.aligns:
             raise SettingError(
                 "alignments", True, f"{self.source} tokenizes with Moses and BPE: no word alignment"
             )
+        units: list[str | Constrained] = list(lines)
+        if constraints is not None or settings.glossary is not None:
+            units = self.constrained(lines, settings, constraints)
         if self._pool is None:
             with self._lock:
-                return self._translate(list(lines), settings)
-        results, truncated = self._pool.map(list(lines), settings)
+                return self._translate(units, settings)
+        results, truncated = self._pool.map(units, settings)
         with self._lock:
             self.truncated += truncated
         return results
 
     def translate_texts(
-        self, texts: Sequence[str], settings: DecodeSettings, split: bool = True
+        self,
+        texts: Sequence[str],
+        settings: DecodeSettings,
+        split: bool = True,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[Result]:
         """Each text translated sentence by sentence (`split`; else whole), the translations joined
-        with the whitespace between the sentences; an alignment counts words over the whole text."""
-        if not split:
-            return self.translate_results(texts, settings)
+        with the whitespace between the sentences; an alignment counts words over the whole text.
+        Texts with `constraints` of their own are translated whole: a phrase belongs to the text,
+        not to one of its sentences."""
+        if not split or constraints is not None:
+            return self.translate_results(texts, settings, constraints)
         language = self.languages[0] if self.languages else "en"
         return translate_by_sentence(self.translate_results, texts, settings, language)
 
@@ -302,25 +322,46 @@ class Translator:
             self._pool.close()
             self._pool = None
 
-    def _translate_part(self, lines: list[str], settings: DecodeSettings) -> tuple[list[Result], int]:
+    def _translate_part(
+        self, lines: list[str | Constrained], settings: DecodeSettings
+    ) -> tuple[list[Result], int]:
         """A worker's share of a call: its lines' results and how many it truncated."""
         before = self.truncated
         return self._translate(lines, settings), self.truncated - before
 
-    def source_ids(self, line: str) -> np.ndarray:
+    def source_ids(self, line: str, count: bool = True) -> np.ndarray:
         """The source pieces of `line` as decoding takes them: cut to the model's positions
-        (counted in `truncated`); none for a blank line."""
+        (counted in `truncated` where `count`); none for a blank line."""
         # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
         line = line.encode("utf-8", "replace").decode("utf-8")
         pieces = self.src_spm.encode(line.strip()) if line.strip() else []
         if len(pieces) > self.max_source:
             pieces = pieces[: self.max_source]
-            self.truncated += 1
+            self.truncated += count
         return np.asarray(pieces, dtype=np.int64)
 
-    def _translate(self, lines: list[str], settings: DecodeSettings) -> list[Result]:
-        ids = [self.source_ids(line) for line in lines]
+    def constrained(
+        self, lines: Sequence[str], settings: DecodeSettings, given: Sequence[Sequence[str]] | None
+    ) -> list[str | Constrained]:
+        """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
+        cfg = settings.search
+        if settings.sampling is not None:
+            raise SettingError(
+                "sampling", settings.sampling.method, "draws freely; constraints need a search"
+            )
+
+        def room(line: str) -> int:
+            pieces = len(self.source_ids(line, count=False))
+            return int(min(cfg.max_len_a * pieces + cfg.max_len_b, self.ensemble.max_positions - 1))
+
+        unk = self.tgt_spm.unk_id() if isinstance(self.tgt_spm, SentencePieceProcessor) else UNK_ID
+        vocabulary = Vocabulary(self.tgt_spm.encode, unk, room)
+        return constrained_lines(lines, given, settings.glossary, vocabulary)
+
+    def _translate(self, lines: Sequence[str | Constrained], settings: DecodeSettings) -> list[Result]:
+        ids = [self.source_ids(text_of(line)) for line in lines]
         todo = [i for i, x in enumerate(ids) if len(x)]
+        phrases = [phrases_of(lines[i]) for i in todo]
         blank = Result(padded([("", 0.0)], settings.nbest), () if settings.alignments else None)
         results = [blank] * len(lines)
         hyps = translate_sentences(
@@ -333,17 +374,24 @@ class Translator:
             settings.sampling,
             self.shortlist if settings.search.shortlist else None,
             settings.scores,
+            phrases if any(phrases) else None,
+            settings.ordered_constraints,
+            settings.alignments,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
             results[i] = Result(padded(found or [("", 0.0)], settings.nbest))
         if settings.alignments:
-            best = [sentence[0].tokens if sentence else [] for sentence in hyps]
             src_spm, tgt_spm = (
                 cast(SentencePieceProcessor, self.src_spm),
                 cast(SentencePieceProcessor, self.tgt_spm),
             )
-            aligned = best_alignments(self.ensemble.models[0], src_spm, tgt_spm, [ids[i] for i in todo], best)
-            for i, alignment in zip(todo, aligned, strict=True):
+            for i, sentence in zip(todo, hyps, strict=True):
+                best = sentence[0] if sentence else Hypothesis([], 0.0, [])
+                pieces = (
+                    [src_spm.id_to_piece(int(x)) for x in ids[i]],
+                    [tgt_spm.id_to_piece(x) for x in best.tokens],
+                )
+                alignment = word_alignment(np.asarray(best.links or [], dtype=np.int64), *pieces)
                 results[i] = Result(results[i].hyps, alignment)
         return results

@@ -28,7 +28,7 @@ import torch
 
 from nmt_cli.errors import RunFailure
 
-Work = Callable[[list[str], Any], tuple[list[Any], int]]
+Work = Callable[[list[Any], Any], tuple[list[Any], int]]
 """(a part of the lines, the call's settings) -> (one result per line, a count to add up)."""
 
 MIN_LINES_PER_PART = 32
@@ -81,7 +81,7 @@ class WorkerPool:
         executor.submit(int).result()
         return executor
 
-    def map(self, lines: list[str], settings: Any) -> tuple[list[Any], int]:
+    def map(self, lines: list[Any], settings: Any) -> tuple[list[Any], int]:
         """`work` over all lines, split among the workers: results in input order, counts summed.
         Safe to call from several threads at once. Raises WorkerDied if a worker dies meanwhile."""
         by_length = sorted(range(len(lines)), key=lambda i: len(lines[i]))
@@ -106,7 +106,7 @@ class WorkerPool:
                 results[i] = result
         return results, sum(count for _, count in answers)
 
-    def _submit(self, calls: list[tuple[list[str], Any]]) -> tuple[ProcessPoolExecutor, list[Future]]:
+    def _submit(self, calls: list[tuple[list[Any], Any]]) -> tuple[ProcessPoolExecutor, list[Future]]:
         """The calls queued on the current pool; a pool broken while idle is replaced first."""
         with self._lock:
             try:
@@ -166,6 +166,6 @@ def _exit_with(parent: int) -> None:
     os._exit(1)
 
 
-def _run(lines: list[str], settings: Any) -> tuple[list[Any], int]:
+def _run(lines: list[Any], settings: Any) -> tuple[list[Any], int]:
     assert _WORK is not None, "a worker runs only in a process forked by WorkerPool"
     return _WORK(lines, settings)

@@ -107,14 +107,18 @@ class MultiHeadAttention(nn.Module):
         return KVCache(self._split(k, self.d_k), self._split(v, self.d_v))
 
     def cross_weights(
-        self, x: Tensor, memory_kv: KVCache, mask: Tensor, prev_scores: Tensor | None = None
+        self, x: Tensor, memory_kv: KVCache, mask: Tensor, prev_scores: Tensor | None = None, group: int = 1
     ) -> Tensor:
         """The probabilities cross-attention from `x` (B, T, d_model) puts on each memory
-        position, (B, h, T, S), in float32; for inspection (`nmt attend`), since forward() never
-        materialises them on the SDPA path."""
+        position, (B, h, T, S), in float32; `group` as forward() takes it. For inspection (`nmt
+        attend`) and word alignment, since forward() never materialises them on the SDPA path."""
         q = self._split(self.q_proj(x), self.d_k)
+        if group > 1:
+            q = _fold(q, group)
+            prev_scores = _fold(prev_scores, group) if prev_scores is not None else None
         scores = self._scores(q, memory_kv.k, prev_scores)
-        return scores.float().masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        weights = scores.float().masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return _unfold(weights, group) if group > 1 else weights
 
     def _scores(self, q: Tensor, k: Tensor, prev_scores: Tensor | None) -> Tensor:
         """Q K^T / sqrt(d_k) (Eq. 1), plus RealFormer's scores of the layer below: (B, h, T, S)."""

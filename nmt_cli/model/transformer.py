@@ -35,6 +35,11 @@ class DecoderState:
     beam: int = 1
     """Hypotheses per sentence: rows r*beam .. r*beam+beam-1 of the self-attention cache (and of
     the tokens fed) belong to row r of memory_kv and src_mask, which are not repeated per beam."""
+    watch: int | None = None
+    """The decoder layer whose cross-attention each step records in `attended` (word alignment
+    during search); None records nothing."""
+    attended: Tensor | None = None
+    """The watched layer's cross-attention of the last step, averaged over heads: (B, T, S)."""
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> DecoderState:
         """Keep hypothesis `rows` (indices into the current rows) in that order; `sentences`, when
@@ -45,7 +50,8 @@ class DecoderState:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
         self_kv = [kv.reordered(rows) if kv is not None else None for kv in self.self_kv]
-        return DecoderState(memory_kv, self_kv, src_mask, self.step, self.beam if beam is None else beam)
+        beam = self.beam if beam is None else beam
+        return DecoderState(memory_kv, self_kv, src_mask, self.step, beam, self.watch)
 
 
 def window_mask(t_q: int, t_k: int, radius: int, causal: bool, device: torch.device) -> Tensor:
@@ -123,42 +129,26 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         scores: ScorePair,
         group: int = 1,
+        attended: list[Tensor] | None = None,
     ) -> tuple[Tensor, KVCache | None, ScorePair]:
         """`scores`: RealFormer's raw self- and cross-attention scores of the layer below (None,
-        None without RealFormer or in the first layer); `group`: hypotheses per memory row."""
+        None without RealFormer or in the first layer); `group`: hypotheses per memory row;
+        `attended`, where given, receives the encoder-decoder attention probabilities (B, h, T, S)
+        (`MultiHeadAttention.cross_weights`), padded positions masked."""
         self_scores, cross_scores = scores
         out, cache, self_scores = self.self_attn(
             self.self_res.before(x), self_mask, cache=cache, is_causal=is_causal, prev_scores=self_scores
         )
         x = self.self_res.after(x, out)
+        query = self.cross_res.before(x)
+        if attended is not None:
+            attended.append(self.cross_attn.cross_weights(query, memory_kv, src_mask, cross_scores, group))
         out, _, cross_scores = self.cross_attn(
-            self.cross_res.before(x), src_mask, memory_kv=memory_kv, prev_scores=cross_scores, group=group
+            query, src_mask, memory_kv=memory_kv, prev_scores=cross_scores, group=group
         )
         x = self.cross_res.after(x, out)
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
         return x, cache, (self_scores, cross_scores)
-
-    def cross_attention_weights(
-        self,
-        x: Tensor,
-        self_mask: Tensor | None,
-        is_causal: bool,
-        memory_kv: KVCache,
-        src_mask: Tensor,
-        scores: ScorePair,
-    ) -> Tensor:
-        """The probabilities this layer's encoder-decoder attention puts on each source position,
-        (B, h, T, S): softmax(Q K^T / sqrt(d_k)) of Eq. 1 (§3.2.1), padded positions masked.
-
-        Computed explicitly because SDPA does not return them; for inspection only, so forward()
-        and decode_step() never pay for it. Takes the same inputs as forward() without a cache.
-        """
-        self_scores, cross_scores = scores
-        out, _, _ = self.self_attn(
-            self.self_res.before(x), self_mask, is_causal=is_causal, prev_scores=self_scores
-        )
-        x = self.self_res.after(x, out)
-        return self.cross_attn.cross_weights(self.cross_res.before(x), memory_kv, src_mask, cross_scores)
 
 
 class Transformer(nn.Module):
@@ -244,12 +234,19 @@ class Transformer(nn.Module):
         self_mask, is_causal = self._target_mask(t, start, tgt_in.device)
         scores: ScorePair = (None, None)
         new_kv: list[KVCache | None] = []
-        for layer, cache, memory_kv in zip(self.decoder, state.self_kv, state.memory_kv, strict=True):
+        attended: list[Tensor] = []
+        for i, (layer, cache, memory_kv) in enumerate(
+            zip(self.decoder, state.self_kv, state.memory_kv, strict=True)
+        ):
+            watched = attended if i == state.watch else None
             x, cache, scores = layer(
-                x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores, state.beam
+                x, self_mask, is_causal, cache, memory_kv, state.src_mask, scores, state.beam, watched
             )
             new_kv.append(cache)
-        state = DecoderState(state.memory_kv, new_kv, state.src_mask, start + t, state.beam)
+        step = attended[0].mean(dim=1) if attended else None
+        state = DecoderState(
+            state.memory_kv, new_kv, state.src_mask, start + t, state.beam, state.watch, step
+        )
         return self.decoder_norm(x), state
 
     @property
@@ -275,10 +272,13 @@ class Transformer(nn.Module):
         logits = self.output_proj(hidden)
         return logits if self.output_bias is None else logits + self.output_bias
 
-    def init_state(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderState:
-        """The state before the first target token; decode_step then takes `beam` rows per sentence."""
+    def init_state(
+        self, memory: Tensor, src_mask: Tensor, beam: int = 1, watch: int | None = None
+    ) -> DecoderState:
+        """The state before the first target token; decode_step then takes `beam` rows per sentence,
+        and records decoder layer `watch`'s cross-attention (`DecoderState.attended`)."""
         memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
-        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam)
+        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam, watch)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
@@ -302,11 +302,11 @@ class Transformer(nn.Module):
         x = self.tgt_embed(tgt_in)
         self_mask, is_causal = self._target_mask(t, 0, tgt_in.device)
         scores: ScorePair = (None, None)
-        for block, kv in zip(blocks[:index], memory_kv, strict=False):
-            x, _, scores = block(x, self_mask, is_causal, None, kv, src_mask, scores)
-        return blocks[index].cross_attention_weights(
-            x, self_mask, is_causal, memory_kv[index], src_mask, scores
-        )
+        attended: list[Tensor] = []
+        for block, kv in zip(blocks, memory_kv, strict=True):
+            watched = attended if block is blocks[index] else None
+            x, _, scores = block(x, self_mask, is_causal, None, kv, src_mask, scores, 1, watched)
+        return attended[0]
 
     def decode_step(
         self,

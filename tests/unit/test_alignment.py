@@ -7,13 +7,16 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import TrainedRun, one_thread, sentences
+import torch
+from conftest import VARIANTS, TrainedRun, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.alignment import pharaoh, word_alignment, word_of_pieces
+from nmt_cli.decoding.alignment import attended_pieces, default_layer, pharaoh, word_alignment, word_of_pieces
+from nmt_cli.decoding.search import Ensemble, translate_batch
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.texts import Result, translate_by_sentence
+from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +59,24 @@ def test_sentence_links_count_words_over_the_whole_line() -> None:
     (result,) = translate_by_sentence(fake, ["  One two.  Three four five. "], settings, "en")
     assert result.hyps == [("two. One  five. four Three", -1.0)]
     assert result.alignment == ((0, 1), (1, 0), (2, 4), (3, 3), (4, 2))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("variant", ["post", "learned-pre-realformer-windowed"])
+def test_links_recorded_during_search_are_the_teacher_forced_ones(beam: int, variant: str) -> None:
+    # The search reads the attention while it decodes; a separate teacher-forced pass over its
+    # output must find the same source piece for every target piece.
+    model = tiny_model(30, 0, decoder_layers=3, **VARIANTS[variant])
+    with torch.no_grad():
+        model.tgt_embed.tokens.weight.mul_(8.0)
+    src = torch.randint(4, 30, (5, 7), generator=torch.Generator().manual_seed(2))
+    src[:, -1] = EOS_ID
+    src[2, 4:] = PAD_ID
+    src[2, 3] = EOS_ID
+    cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=5)
+    found = translate_batch(Ensemble([model]), src, cfg, nbest=beam, align=True)
+    for row, hyps in enumerate(found):
+        source = src[row][(src[row] != PAD_ID) & (src[row] != EOS_ID)].numpy()
+        for hyp in hyps:  # the n-best too: links move with their hypotheses
+            forced = attended_pieces(model, [source], [hyp.tokens], default_layer(model))[0]
+            assert hyp.links == forced.tolist(), (row, hyp)

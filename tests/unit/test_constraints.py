@@ -53,7 +53,8 @@ def decode(beam: int = 4, early_stopping: bool = False) -> DecodeConfig:
 def test_every_phrase_is_met(variant: str, early_stopping: bool) -> None:
     model = tiny(**VARIANTS[variant])
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
-    found = beam_search(Ensemble([model]), sources(), decode(early_stopping=early_stopping), 2, None, constraints)
+    cfg = decode(early_stopping=early_stopping)
+    found = beam_search(Ensemble([model]), sources(), cfg, 2, None, constraints)
     for hyps, phrases in zip(found, PHRASES, strict=True):
         assert hyps, "each sentence gets hypotheses"
         for hyp in hyps:  # the n-best too

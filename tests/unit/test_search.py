@@ -94,7 +94,7 @@ class FullState:
 
 
 class Recompute(Ensemble):
-    def start(self, src, repeat, vocab=None):
+    def start(self, src, repeat, vocab=None, align=False):
         rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
         return Batch([FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))])
 

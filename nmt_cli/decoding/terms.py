@@ -1,0 +1,120 @@
+"""What a translation must contain, from what the user gives: a line's own target phrases
+(`nmt translate --constraints`, `constraints=`, a request's "constraints") and the target terms of
+a glossary whose source terms the line holds. Each becomes a phrase of piece ids for the
+constrained search (`decoding.constraints`), checked first: a phrase that cannot be met is an
+error naming its line, never dropped in silence.
+
+A phrase is encoded alone, as the first word of a sentence is: "▁Haus" for "Haus", which is the
+piece a word takes after a space, so it matches the word inside a sentence too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from nmt_cli.data.glossary import Glossary
+from nmt_cli.errors import InputError
+
+Encode = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class Constrained:
+    """A line and the target phrases (piece ids) its translation must contain."""
+
+    text: str
+    phrases: tuple[tuple[int, ...], ...]
+
+    def __len__(self) -> int:  # decoding workers share lines out by length
+        return len(self.text)
+
+
+def text_of(line: str | Constrained) -> str:
+    return line.text if isinstance(line, Constrained) else line
+
+
+def phrases_of(line: str | Constrained) -> list[list[int]]:
+    return [list(p) for p in line.phrases] if isinstance(line, Constrained) else []
+
+
+class ConstraintError(InputError):
+    """A phrase that cannot be enforced. `line` is its line's index in the call (0-based), which a
+    front end that translates its input lines whole turns into a line number; the message quotes
+    the line, which is a sentence of the input where lines were split."""
+
+    def __init__(self, line: int, text: str, problem: str) -> None:
+        self.line, self.text, self.problem = line, text, problem
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        super().__init__(f"{problem} (translating {shown!r})")
+
+    def __reduce__(self) -> tuple[type, tuple[int, str, str]]:  # raised in a decoding worker, too
+        return ConstraintError, (self.line, self.text, self.problem)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """How phrases become pieces: the target encoder, its unknown piece, and each line's room (the
+    most pieces its translation may have, EOS left out)."""
+
+    encode: Encode
+    unk_id: int
+    room: Callable[[str], int]
+
+
+def constrained_lines(
+    lines: Sequence[str],
+    given: Sequence[Sequence[str]] | None,
+    glossary: Glossary | None,
+    vocabulary: Vocabulary,
+) -> list[str | Constrained]:
+    """Each line with its phrases: those `given` for it, then the target terms of the `glossary`
+    entries it matches (each phrase once). A line without any stays a plain string."""
+    if given is not None and len(given) != len(lines):
+        raise InputError(f"constraints: {len(given)} lists for {len(lines)} lines; give one list a line")
+    out: list[str | Constrained] = []
+    for i, line in enumerate(lines):
+        if given is not None and isinstance(given[i], str):
+            raise InputError(
+                f"constraints[{i}]: a list of phrases for the line, not one string; write [{given[i]!r}]"
+            )
+        wanted = list(given[i]) if given is not None else []
+        for phrase in wanted:
+            if not isinstance(phrase, str):
+                raise ConstraintError(i, line, f"a constraint is a string, not {type(phrase).__name__}")
+        if glossary is not None:
+            wanted += glossary.targets(line)
+        unique = list(dict.fromkeys(wanted))
+        out.append(Constrained(line, _checked(i, line, unique, vocabulary)) if unique else line)
+    return out
+
+
+def _checked(
+    index: int, line: str, phrases: list[str], vocabulary: Vocabulary
+) -> tuple[tuple[int, ...], ...]:
+    if not line.strip():
+        raise ConstraintError(
+            index, line, f"an empty line cannot contain {phrases[0]!r}; leave its constraints out"
+        )
+    encoded = []
+    for phrase in phrases:
+        if not phrase.strip():
+            raise ConstraintError(index, line, "an empty constraint: leave it out")
+        ids = tuple(vocabulary.encode(phrase.strip()))
+        if vocabulary.unk_id in ids:
+            raise ConstraintError(
+                index,
+                line,
+                f"constraint {phrase!r} has characters the model's vocabulary lacks (it would "
+                "produce <unk>); write it with characters the model knows",
+            )
+        encoded.append(ids)
+    needed, room = sum(len(p) for p in encoded), vocabulary.room(line)
+    if needed > room:
+        raise ConstraintError(
+            index,
+            line,
+            f"the constraints need {needed} pieces, more than the {room} this line's translation may "
+            "have; raise max_len_a or max_len_b, or shorten the constraints",
+        )
+    return tuple(encoded)
