@@ -1,21 +1,37 @@
 """The recipe schema: `RunConfig` and its sections ([model], [train], [decode], [average]), each
 checked when a recipe is loaded. `recipe` reads and writes them as TOML; what a user gives a command
-beside the recipe is in `user_settings`; the values a decode setting may take are in `ranges`.
+beside the recipe is in `user_settings`. The values each key may take are declared as the decode
+settings' are (`ranges`): `MODEL_BOUNDS`, `TRAIN_BOUNDS`, and `ranges.SETTINGS` for [decode]; each
+section's `validate` checks them, then the rules between keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nmt_cli.errors import InputError
-from nmt_cli.ranges import one_of, setting_problem
+from nmt_cli.errors import InputError, SettingError
+from nmt_cli.ranges import SETTINGS, Allowed, Range, check_each
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 DECODER_START = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
 POSITIONS = ("sinusoidal", "learned", "sinusoidal-halves", "sinusoidal-fairseq")
 ACTIVATIONS = ("relu", "gelu", "swish")
+
+MODEL_BOUNDS: dict[str, Allowed] = {
+    **dict.fromkeys(
+        "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split(), Range(int, 1)
+    ),
+    **dict.fromkeys("dropout attention_dropout activation_dropout".split(), Range(float, 0, 1, below=True)),
+    "norm": ("post", "pre"),
+    "positions": POSITIONS,
+    "activation": ACTIVATIONS,
+    "decoder_start": tuple(DECODER_START),
+    "attention_window": Range(int, 0),  # 0: unrestricted
+}
 
 
 @dataclass
@@ -78,24 +94,28 @@ class ModelConfig:
         return DECODER_START[self.decoder_start]
 
     def validate(self, where: str) -> None:
-        for name in "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split():
-            _check(getattr(self, name) >= 1, where, f"model.{name}", "must be at least 1")
+        _check_bounds("model", MODEL_BOUNDS, self, where)
         _check(
             self.d_model % self.heads == 0,
             where,
             "model.d_model",
             f"{self.d_model} is not divisible by model.heads = {self.heads}",
         )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            _check(0.0 <= value < 1.0, where, f"model.{name}", f"{value} is outside [0, 1)")
-        _check_choice(self.norm, ("post", "pre"), where, "model.norm")
-        _check_choice(self.positions, POSITIONS, where, "model.positions")
-        _check_choice(self.activation, ACTIVATIONS, where, "model.activation")
-        _check_choice(self.decoder_start, tuple(DECODER_START), where, "model.decoder_start")
-        _check(
-            self.attention_window >= 0, where, "model.attention_window", "must be 0 (off) or a radius >= 1"
-        )
+
+
+TRAIN_BOUNDS: dict[str, Allowed] = {
+    **dict.fromkeys("max_tokens update_freq warmup log_every_updates".split(), Range(int, 1)),
+    # 0: none, no limit or never (pad_to_multiple: the device's default).
+    **dict.fromkeys("max_updates max_epochs save_every_updates keep_last".split(), Range(int, 0)),
+    **dict.fromkeys("valid_every_updates patience update_tokens pad_to_multiple".split(), Range(int, 0)),
+    **dict.fromkeys("max_minutes save_every_minutes clip_norm".split(), Range(float, 0)),
+    **dict.fromkeys("lr lr_scale adam_eps".split(), Range(float, 0, above=True)),
+    "label_smoothing": Range(float, 0, 1, below=True),
+    "seed": Range(int, 0, 2**63 - 1),
+    "lr_schedule": ("noam", "inverse_sqrt", "linear"),
+    "precision": ("bf16", "fp16", "fp32"),
+    "best_metric": ("loss", "bleu", "chrf"),
+}
 
 
 @dataclass
@@ -179,19 +199,13 @@ class TrainConfig:
         return dataclasses.replace(self, update_freq=update_freq)
 
     def validate(self, where: str) -> None:
-        for name in ("max_tokens", "update_freq", "warmup", "log_every_updates"):
-            _check(getattr(self, name) >= 1, where, f"train.{name}", "must be at least 1")
-        _check(0 <= self.seed < 2**63, where, "train.seed", "must be from 0 to 2**63 - 1")
-        _check(0.0 <= self.label_smoothing < 1.0, where, "train.label_smoothing", "must be in [0, 1)")
-        _check_choice(self.lr_schedule, ("noam", "inverse_sqrt", "linear"), where, "train.lr_schedule")
+        _check_bounds("train", TRAIN_BOUNDS, self, where)
         _check(
             self.lr_schedule != "linear" or self.max_updates > 0 or self.max_minutes > 0,
             where,
             "train.lr_schedule",
             '"linear" decays to 0 at the end of the budget: set train.max_updates or train.max_minutes',
         )
-        _check_choice(self.precision, ("bf16", "fp16", "fp32"), where, "train.precision")
-        _check_choice(self.best_metric, ("loss", "bleu", "chrf"), where, "train.best_metric")
         _check(
             self.best_metric == "loss" or self.valid_bleu,
             where,
@@ -211,13 +225,6 @@ class TrainConfig:
             "train.adam_betas",
             "must be two numbers in [0, 1)",
         )
-        for name in ("lr", "lr_scale", "adam_eps"):
-            _check(getattr(self, name) > 0, where, f"train.{name}", "must be positive")
-        never_negative = "max_updates max_epochs max_minutes save_every_updates save_every_minutes keep_last"
-        for (
-            name
-        ) in f"{never_negative} valid_every_updates patience clip_norm update_tokens pad_to_multiple".split():
-            _check(getattr(self, name) >= 0, where, f"train.{name}", "must not be negative")
 
 
 @dataclass(frozen=True)
@@ -248,9 +255,9 @@ class DecodeConfig:
     unset, as OPUS-MT models are run)."""
 
     def validate(self, where: str) -> None:
-        for item in dataclasses.fields(self):
-            problem = setting_problem(item.name, getattr(self, item.name))
-            _check(problem is None, where, f"decode.{item.name}", str(problem))
+        _check_bounds(
+            "decode", {item.name: SETTINGS[item.name] for item in dataclasses.fields(self)}, self, where
+        )
 
 
 @dataclass
@@ -261,7 +268,7 @@ class AverageConfig:
     """How many of the latest checkpoints `nmt average --run` averages."""
 
     def validate(self, where: str) -> None:
-        _check(self.last >= 1, where, "average.last", "must be at least 1")
+        _check_bounds("average", {"last": Range(int, 1)}, self, where)
 
 
 @dataclass
@@ -283,5 +290,10 @@ def _check(ok: bool, where: str, key: str, problem: str) -> None:
         raise InputError(f"{where}: {key}: {problem}")
 
 
-def _check_choice(value: str, choices: tuple[str, ...], where: str, key: str) -> None:
-    _check(value in choices, where, key, f"'{value}': {one_of(choices)}")
+def _check_bounds(section: str, bounds: Mapping[str, Allowed], values: object, where: str) -> None:
+    """`ranges.check_each` worded for a recipe: the file, the key and the value as TOML spells it."""
+    try:
+        check_each(bounds, values)
+    except SettingError as err:
+        shown = json.dumps(err.value)
+        raise InputError(f"{where}: {section}.{err.name} = {shown}: {err.problem}") from None

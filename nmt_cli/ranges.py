@@ -1,12 +1,15 @@
 """The values each setting a user gives may take: the decode settings (from the recipe's
 [decode], the command line, the Python API or an HTTP request), sampling's, and the CPU threads
-and processes that run them. `check_setting` raises a `SettingError` naming the setting; the
-rules between settings are `decoding.settings.resolve`'s. Nothing else checks these values.
+and processes that run them; the other settings' tables (a recipe's sections, `nmt prepare`'s and
+`nmt serve`'s options) are declared the same way beside what they bound. `check_setting` and
+`check_each` raise a `SettingError` naming the setting; the rules between settings are their
+owners' (`decoding.settings.resolve` for the decode settings).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nmt_cli.errors import SettingError
@@ -14,12 +17,14 @@ from nmt_cli.errors import SettingError
 
 @dataclass(frozen=True)
 class Range:
-    """Integers, or finite numbers, from `low` to `high` (`low` itself excluded when `above`)."""
+    """Integers, or finite numbers, from `low` to `high` (`low` itself excluded when `above`,
+    `high` when `below`); with no `high`, any larger one."""
 
     kind: type
     low: int | float
-    high: int | float
+    high: int | float = math.inf
     above: bool = False
+    below: bool = False
 
     def problem(self, value: object) -> str | None:
         if self.kind is int:
@@ -29,9 +34,18 @@ class Range:
             what = "a number"
         if ok:  # compared as given: an integer past 2**53 is not rounded to a float
             number: float = value  # type: ignore[assignment]
-            ok = (number > self.low if self.above else number >= self.low) and number <= self.high
-        bounds = f"above {self.low:,} and at most" if self.above else f"from {self.low:,} to"
-        return None if ok else f"must be {what} {bounds} {self.high:,}"
+            ok = (number > self.low if self.above else number >= self.low) and (
+                number < self.high if self.below else number <= self.high
+            )
+        return None if ok else f"must be {what} {self._bounds()}"
+
+    def _bounds(self) -> str:
+        low, high = f"{self.low:,}", f"{self.high:,}"
+        if self.high == math.inf:
+            return f"above {low}" if self.above else f"of at least {low}"
+        if self.below:
+            return f"{'above' if self.above else 'at least'} {low} and below {high}"
+        return f"above {low} and at most {high}" if self.above else f"from {low} to {high}"
 
 
 @dataclass(frozen=True)
@@ -49,8 +63,11 @@ def _finite(value: int | float) -> bool:
         return False
 
 
+Allowed = Range | Flag | tuple[str, ...]  # a tuple: the strings allowed
+
+
 MAX_BEAM = 128  # bounds the work and memory one call may ask for (beam x nbest x vocabulary scores)
-SETTINGS: dict[str, Range | Flag | tuple[str, ...]] = {
+SETTINGS: dict[str, Allowed] = {
     "beam": Range(int, 1, MAX_BEAM),
     "nbest": Range(int, 1, MAX_BEAM),
     # Bounded so that the length penalty of any length stays far inside float64.
@@ -60,6 +77,7 @@ SETTINGS: dict[str, Range | Flag | tuple[str, ...]] = {
     "max_len_b": Range(int, 0, 100_000),
     "min_len": Range(int, 0, 100_000),
     "shortlist": Flag(),
+    "ordered_constraints": Flag(),
     "early_stopping": Flag(),
     "batch_tokens": Range(int, 1, 1_000_000),
     "sampling": ("topk", "topp"),
@@ -72,9 +90,8 @@ SETTINGS: dict[str, Range | Flag | tuple[str, ...]] = {
 }
 
 
-def setting_problem(name: str, value: object) -> str | None:
-    """What is wrong with `value` for setting `name`, or None."""
-    allowed = SETTINGS[name]
+def problem_with(allowed: Allowed, value: object) -> str | None:
+    """What is wrong with `value` where `allowed` are the values taken, or None."""
     if isinstance(allowed, Range | Flag):
         return allowed.problem(value)
     return None if isinstance(value, str) and value in allowed else one_of(allowed)
@@ -82,7 +99,18 @@ def setting_problem(name: str, value: object) -> str | None:
 
 def check_setting(name: str, value: object) -> None:
     """Raise SettingError when `value` is not one that setting `name` takes."""
-    problem = setting_problem(name, value)
+    _check(name, SETTINGS[name], value)
+
+
+def check_each(table: Mapping[str, Allowed], values: object) -> None:
+    """Raise SettingError for the first attribute of `values` named in `table` that its entry
+    there does not allow."""
+    for name, allowed in table.items():
+        _check(name, allowed, getattr(values, name))
+
+
+def _check(name: str, allowed: Allowed, value: object) -> None:
+    problem = problem_with(allowed, value)
     if problem is not None:
         raise SettingError(name, value, problem)
 

@@ -22,6 +22,7 @@ from nmt_cli.data import corpus, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import not_the_working_directory
+from nmt_cli.ranges import Allowed, Range, check_each
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import PrepareConfig
 
@@ -29,6 +30,15 @@ REASONS = ("empty", "too_long", "ratio")  # why a train pair is dropped, in orde
 
 
 MAX_VOCAB = 1_000_000  # sentencepiece's ids are int32; vocabularies in use stay well below
+# The values each option may take, declared as the decode settings' are (`ranges`).
+BOUNDS: dict[str, Allowed] = {
+    "vocab_size": Range(int, 8, MAX_VOCAB),
+    "character_coverage": Range(float, 0, 1, above=True),
+    "normalization": spm.NORMALIZATIONS,
+    **dict.fromkeys(("spm_sample", "max_len", "workers"), Range(int, 1)),
+    "max_ratio": Range(float, 1),
+    "errors": text.ERRORS,
+}
 
 
 def run(cfg: PrepareConfig, quiet: bool = False) -> None:
@@ -50,7 +60,7 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     )
     # Only when given, so that corpora prepared before these options existed are still reused.
     options.update({k: list(v) for k, v in (("train_tags", cfg.train_tags), ("reserve", cfg.reserve)) if v})
-    _check_options(cfg, options)
+    _check_options(cfg)
     models = vocabulary.existing_models(Path(cfg.spm_from), src, tgt) if cfg.spm_from is not None else None
     if models is not None:  # the vocabulary is given: its checksums replace the options that learn one
         sizes = [spm.load_processor(m).get_piece_size() for m in models]
@@ -120,7 +130,8 @@ def _start(out: Path, created: Path | None) -> Path:
         raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
-def _check_options(cfg: PrepareConfig, options: dict) -> None:
+def _check_options(cfg: PrepareConfig) -> None:
+    """The rules between options, then each option's bounds (a SettingError, worded as an option)."""
     src, tgt = cfg.src, cfg.tgt
     tags = [t for t in (*cfg.train_tags, *cfg.reserve) if t]
     checks = [
@@ -138,24 +149,11 @@ def _check_options(cfg: PrepareConfig, options: dict) -> None:
             not any(c.isspace() or c == "," for t in tags for c in t),
             "--train-tag / --reserve: a tag is one word without spaces or commas, e.g. <BT>",
         ),
-        (
-            8 <= options["vocab_size"] <= MAX_VOCAB,
-            f"--vocab-size {options['vocab_size']}: must be from 8 to {MAX_VOCAB:,}",
-        ),
-        (0.0 < options["character_coverage"] <= 1.0, "--character-coverage: must be in (0, 1]"),
-        (options["spm_sample"] >= 1, "--spm-sample: must be at least 1"),
-        (options["max_len"] >= 1, "--max-len: must be at least 1"),
-        (options["max_ratio"] >= 1.0, "--max-ratio: must be at least 1.0"),
-        (cfg.workers >= 1, "--workers: must be at least 1"),
-        (options["errors"] in text.ERRORS, f"--errors {options['errors']!r}: use 'strict' or 'replace'"),
-        (
-            options["normalization"] in spm.NORMALIZATIONS,
-            f"--normalization {options['normalization']!r}: use one of {', '.join(spm.NORMALIZATIONS)}",
-        ),
     ]
     for ok, message in checks:
         if not ok:
             raise InputError(message)
+    check_each(BOUNDS, cfg)
 
 
 def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:

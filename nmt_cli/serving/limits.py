@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nmt_cli.errors import InputError
-from nmt_cli.ranges import Range, setting_problem
+from nmt_cli.ranges import SETTINGS, Allowed, Range, check_each
 
 # The values each option may take, declared as the decode settings' are (`ranges`).
-BOUNDS = {
+BOUNDS: dict[str, Allowed] = {
+    "max_batch_tokens": SETTINGS["batch_tokens"],  # each request's batch_tokens
     "max_wait_ms": Range(float, 0, 60_000),
     "max_queue": Range(int, 1, 10_000_000),
     "max_input_chars": Range(int, 1, 10_000_000),
@@ -39,13 +40,8 @@ class ServeLimits:
     """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
 
     def validate(self) -> None:
-        problem = setting_problem("batch_tokens", self.max_batch_tokens)  # each request's batch_tokens
-        if problem is not None:
-            raise InputError(f"--max-batch-tokens {self.max_batch_tokens}: {problem}")
-        for name, bound in BOUNDS.items():
-            problem = bound.problem(getattr(self, name))
-            if problem is not None:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: {problem}")
+        """Raises SettingError for a value out of its bounds, InputError for a rule between two."""
+        check_each(BOUNDS, self)
         if self.max_lines > self.max_queue:
             raise InputError(
                 f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "

@@ -316,4 +316,19 @@ def test_subprocess_exit_code_and_one_line(data: Path, tmp_path: Path) -> None:
 
 def test_a_vocabulary_size_sentencepiece_cannot_hold_is_one_line(capsys, data: Path, tmp_path: Path) -> None:
     line = fails(capsys, data, tmp_path / "out", "--vocab-size", 2**40)
-    assert "--vocab-size 1099511627776: must be from 8 to 1,000,000" in line
+    assert "--vocab-size 1099511627776: must be an integer from 8 to 1,000,000" in line
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--character-coverage", 0, "--character-coverage 0.0: must be a number above 0 and at most 1"),
+        ("--max-ratio", 0.5, "--max-ratio 0.5: must be a number of at least 1"),
+        ("--max-len", 0, "--max-len 0: must be an integer of at least 1"),
+        ("--normalization", "nfd", '--normalization nfd: use "identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf"'),
+    ],
+)
+def test_an_option_out_of_its_bounds_is_one_line_naming_them(
+    capsys, data: Path, tmp_path: Path, option: str, value: object, said: str
+) -> None:
+    assert said in fails(capsys, data, tmp_path / "out", option, value)

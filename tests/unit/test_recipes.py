@@ -239,3 +239,22 @@ def test_bad_recipe_fails_naming_key_and_file(tmp_path: Path, old: str, new: str
         load_recipe(bad)
     assert key in str(err.value)
     assert str(bad) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("model.dropout=1.0", "model.dropout = 1.0: must be a number at least 0 and below 1"),
+        ("model.heads=0", "model.heads = 0: must be an integer of at least 1"),
+        ('model.norm="middle"', 'model.norm = "middle": use "post" or "pre"'),
+        ("train.lr=0", "train.lr = 0.0: must be a number above 0"),
+        ("train.max_minutes=-1", "train.max_minutes = -1.0: must be a number of at least 0"),
+        ("train.seed=-1", "train.seed = -1: must be an integer from 0 to 9,223,372,036,854,775,807"),
+        ("decode.beam=0", "decode.beam = 0: must be an integer from 1 to 128"),
+        ("average.last=0", "average.last = 0: must be an integer of at least 1"),
+    ],
+)
+def test_a_value_out_of_bounds_names_key_value_and_bounds(override: str, said: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_recipe(None, [override])
+    assert str(err.value) == f"defaults (with --set): {said}"
