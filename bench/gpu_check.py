@@ -43,7 +43,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batching import collate
-from nmt_cli.decoding.search import Ensemble, translate_sentences
+from nmt_cli.decoding.ensemble import Ensemble
+from nmt_cli.decoding.search import translate_sentences
 from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
 from nmt_cli.training.precision import autocast

@@ -67,19 +67,7 @@ def run(
     (fairseq-interactive's --constraints), in that order with `ordered_constraints`; `glossary`: a
     TSV of terms enforced where a sentence holds their source side (`data.glossary`)."""
     reporter = Reporter(quiet)
-    if buffer_size < 1:
-        raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
-    if alignments and nbest > 1:
-        raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
-    if text_format not in FORMATS:
-        raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
-    if text_format == "html" and (nbest > 1 or alignments or constraints):
-        raise InputError(
-            "--format html: one translation a line, with its markup; leave out --nbest, --alignments "
-            "and --constraints (a --glossary applies to HTML too)"
-        )
-    if ordered_constraints and not constraints:
-        raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
+    _check_options(buffer_size, nbest, alignments, text_format, constraints, ordered_constraints)
     terms = Glossary.read(glossary) if glossary is not None else None
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
     resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
@@ -102,14 +90,7 @@ def run(
     source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate: Translate
-    if text_format == "html":
-        translate = functools.partial(_html_results, translator, settings)
-    elif constraints:
-        translate = functools.partial(_constrained_results, translator, settings)
-    else:
-        translate = functools.partial(translator.translate_texts, settings=settings, split=split_sentences)
-
+    translate = _translate_call(translator, settings, text_format, constraints, split_sentences)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
         _translate_stream,
@@ -132,9 +113,42 @@ def run(
         translator.close()
         if input_path is not None:
             source.close()
-    if emptied["lines"]:
+    _warn_after(reporter, emptied["lines"], translator)
+
+
+def _check_options(
+    buffer_size: int, nbest: int, alignments: bool, text_format: str, constraints: bool, ordered: bool
+) -> None:
+    """The option rules that need no model."""
+    if buffer_size < 1:
+        raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
+    if alignments and nbest > 1:
+        raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
+    if text_format not in FORMATS:
+        raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
+    if text_format == "html" and (nbest > 1 or alignments or constraints):
+        raise InputError(
+            "--format html: one translation a line, with its markup; leave out --nbest, --alignments "
+            "and --constraints (a --glossary applies to HTML too)"
+        )
+    if ordered and not constraints:
+        raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
+
+
+def _translate_call(
+    translator: Translator, settings: DecodeSettings, text_format: str, constraints: bool, split: bool
+) -> Translate:
+    if text_format == "html":
+        return functools.partial(_html_results, translator, settings)
+    if constraints:
+        return functools.partial(_constrained_results, translator, settings)
+    return functools.partial(translator.translate_texts, settings=settings, split=split)
+
+
+def _warn_after(reporter: Reporter, emptied: int, translator: Translator) -> None:
+    if emptied:
         reporter.warn(
-            f"{emptied['lines']} non-empty input lines got an empty translation; a model that leaves "
+            f"{emptied} non-empty input lines got an empty translation; a model that leaves "
             "text untranslated may be damaged (NaN or infinite weights) or not trained for such input"
         )
     if translator.truncated:

@@ -220,3 +220,40 @@ def _bank_order(scores: Tensor, bank: Tensor, banks: int) -> Tensor:
     key = rank * banks + (banks - 1 - bank)
     key = key.masked_fill(~scores.isfinite(), m * banks + banks)
     return key.argsort(dim=1, stable=True)
+
+
+class ConstrainedBeam:
+    """The constraint side of a beam search: the batch's phrases and each hypothesis's progress."""
+
+    def __init__(self, constraints: Constraints, n: int, device: torch.device) -> None:
+        self.constraints = constraints
+        self.progress = Progress.start(n, constraints.ids.shape[1], device)
+        self.chosen: Chosen | None = None
+
+    def forbid_early_end(self, log_probs: Tensor, active: Tensor, at_limit: Tensor) -> None:
+        r = log_probs.shape[0] // active.numel()
+        lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)
+        forbid_early_end(log_probs, self.progress, lengths, at_limit)
+
+    def candidates(
+        self, cand: Tensor, log_probs: Tensor, active: Tensor, k: int, width: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        mine = self.constraints.select(active)
+        self.chosen = candidates(cand, log_probs, self.progress, mine, k, width)
+        return self.chosen.scores, self.chosen.beams, self.chosen.tokens
+
+    def may_end_at_limit(self, finished: Tensor, first: Tensor) -> Tensor:
+        """(A, M): at the length limit, a candidate ends if it met its phrases; one with a phrase
+        unmet only if its sentence has nothing better: no finished hypothesis, and no candidate
+        that met them among the `first` (A, M) that end now."""
+        assert self.chosen is not None
+        met = self.chosen.all_met
+        better = (finished.amax(dim=1) > float("-inf")) | (met & first).any(dim=1)
+        return met | ~better.unsqueeze(1)
+
+    def keep(self, columns: Tensor) -> None:
+        """The progress of the candidates that continue, `columns` (A, K) of the step's order."""
+        assert self.chosen is not None
+        m = self.chosen.scores.shape[1]
+        rows = (torch.arange(columns.shape[0], device=columns.device).unsqueeze(1) * m + columns).flatten()
+        self.progress = self.chosen.progress.select(rows)

@@ -62,3 +62,9 @@ class Finished:
         self.scores[active] = merged_scores.gather(1, best)
         width = merged_tokens.shape[2]
         self.tokens[active] = merged_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, width))
+
+    def best(self, nbest: int) -> tuple[Tensor, Tensor]:
+        """The `nbest` best of each sentence, best first: tokens (N, nbest, max_steps), scores."""
+        order = self.scores.argsort(dim=1, descending=True)[:, :nbest]
+        tokens = self.tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, self.tokens.shape[-1]))
+        return tokens, self.scores.gather(1, order)

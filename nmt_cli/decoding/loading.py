@@ -14,7 +14,7 @@ from nmt_cli import checkpoint
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.spm import processors
 from nmt_cli.decoding import int8
-from nmt_cli.decoding.search import Ensemble
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.workers import usable_cores
 from nmt_cli.device import check_precision, cpu_has_amx, cpu_has_fast_bf16
 from nmt_cli.errors import InputError

@@ -11,25 +11,22 @@ whose first ids are the special ones, so the search itself does not change.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.shortlist import Shortlist
-from nmt_cli.decoding import int8
-from nmt_cli.decoding.alignment import default_layer
-from nmt_cli.decoding.constraints import Chosen, Constraints, Phrases, Progress, candidates, forbid_early_end
+from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints, Phrases
+from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
-from nmt_cli.model import DecoderState, Transformer
-from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
 @dataclass
@@ -41,11 +38,6 @@ class Hypothesis:
     links: list[int] | None = None
     """Where the search was asked to align: for each token, the source position (EOS left out) the
     first model's watched decoder layer attended to most while predicting it."""
-
-
-LINK = 1 << 32
-"""Searches that align keep each token with its link in one integer, token + link * LINK, so that
-the bookkeeping that moves tokens moves links with them."""
 
 
 def _hypotheses(stored: Tensor, scores: Tensor, batch: Batch) -> list[list[Hypothesis]]:
@@ -79,114 +71,6 @@ def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
     src_len = (src != PAD_ID).sum(dim=1)  # includes the source EOS
     # In float64 and capped before the conversion: a large a * length must not wrap around.
     return (a * (src_len - 1).double() + b + 1).clamp(min=1, max=limit).long()
-
-
-@dataclass
-class Batch:
-    """A batch being decoded: each model's decoder state, and the target vocabulary it is scored
-    over (`vocab[i]` is the target id of score column i; None: the whole vocabulary)."""
-
-    states: list[DecoderState]
-    vocab: Tensor | None = None
-    projections: list[Callable[[Tensor], Tensor] | None] = field(default_factory=list)
-    alignable: Tensor | None = None
-    """Where the search aligns: (sentences, S), True at the source positions a link may name."""
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
-        """Keep hypothesis `rows`, and memory rows `sentences` (`DecoderState.reorder`)."""
-        self.states = [state.reorder(rows, sentences, beam) for state in self.states]
-        if self.alignable is not None and sentences is not None:
-            self.alignable = self.alignable[sentences]
-
-    def stored(self, tokens: Tensor, rows: Tensor) -> Tensor:
-        """`tokens` (A, X) chosen as continuations of hypothesis `rows` (A, X, indices into the
-        last step's rows) as the search stores them: with their links (`LINK`) where it aligns;
-        EOS alone, as it has no link."""
-        if self.alignable is None or self.states[0].attended is None:
-            return tokens
-        attended = self.states[0].attended
-        weights = attended[:, -1]  # (rows, S)
-        allowed = self.alignable.repeat_interleave(weights.shape[0] // self.alignable.shape[0], dim=0)
-        links = weights.masked_fill(~allowed, -1.0).argmax(dim=1)
-        return torch.where(tokens == EOS_ID, tokens, tokens + links[rows] * LINK)
-
-    def target_ids(self, ids: Tensor) -> Tensor:
-        """Ids of the batch's vocabulary as target ids (the special ids are both)."""
-        return ids if self.vocab is None else self.vocab[ids]
-
-
-def _projection(model: Transformer, vocab: Tensor) -> Callable[[Tensor], Tensor]:
-    """The model's pre-softmax projection onto the pieces `vocab` alone: its rows of the weights
-    (and of the output bias), selected once per batch."""
-    bias = None if model.output_bias is None else model.output_bias.index_select(0, vocab)
-    proj = model.output_proj
-    if isinstance(proj, int8.Int8Linear):
-        rows = proj.rows(vocab)
-        return rows if bias is None else lambda hidden: rows(hidden) + bias
-    weight = (model.tgt_embed.tokens.weight if proj is None else proj.weight).index_select(0, vocab)
-    return lambda hidden: F.linear(hidden, weight, bias)
-
-
-ENCODE_TOKENS = 512
-
-
-def _encode(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
-    """`model.encode(src)`, on CPU in parts of about ENCODE_TOKENS source tokens: a batch's
-    activations then stay in the core's cache (encoding 2,500 lines in batches of 4,096 tokens
-    took twice as long as in batches of 512). Like `--batch-tokens`, the parts can move a float
-    sum in its last bits; 1,000 test lines translated identically in fp32 and int8."""
-    rows = max(1, ENCODE_TOKENS // src.shape[1])
-    if src.device.type != "cpu" or src.shape[0] <= rows:
-        return model.encode(src)
-    parts = [model.encode(part) for part in src.split(rows)]
-    return torch.cat([memory for memory, _ in parts]), torch.cat([mask for _, mask in parts])
-
-
-class Ensemble:
-    """One or more models decoded in lockstep; their log-probabilities are averaged."""
-
-    def __init__(self, models: list[Transformer]):
-        self.models = models
-
-    @property
-    def start_id(self) -> int:
-        """The first token fed to the decoder (the models agree: checked at load)."""
-        return self.models[0].cfg.start_id
-
-    def start(self, src: Tensor, repeat: int, vocab: Tensor | None = None, align: bool = False) -> Batch:
-        """Encode a batch for `repeat` hypotheses per sentence; `vocab`: the target ids to score
-        (a shortlist's, `Shortlist.vocabulary`), None for the whole vocabulary; `align`: record
-        the first model's cross-attention at the layer that aligns (`alignment.default_layer`)."""
-        states = []
-        for i, model in enumerate(self.models):
-            memory, src_mask = _encode(model, src)
-            watch = default_layer(model) if align and i == 0 else None
-            states.append(model.init_state(memory, src_mask, beam=repeat, watch=watch))
-        projections = [None if vocab is None else _projection(model, vocab) for model in self.models]
-        alignable = (src != PAD_ID) & (src != EOS_ID) if align else None
-        return Batch(states, vocab, projections, alignable)
-
-    def step(self, tokens: Tensor, batch: Batch, normalize: bool = True) -> Tensor:
-        """Feed the newest tokens (rows, 1), ids of the batch's vocabulary -> log-probabilities
-        over it (rows, V); the batch's decoder states advance. `normalize=False`: a single model's
-        logits instead (an ensemble averages log-probabilities whatever it is asked), whose largest
-        is the likeliest piece all the same."""
-        if batch.vocab is not None:
-            tokens = batch.vocab[tokens]
-        normalize = normalize or len(self.models) > 1
-        outputs = [
-            model.decode_step(tokens, state, project, normalize)
-            for model, state, project in zip(self.models, batch.states, batch.projections, strict=True)
-        ]
-        log_probs = outputs[0][0] if len(outputs) == 1 else torch.stack([o[0] for o in outputs]).mean(dim=0)
-        log_probs[:, PAD_ID] = float("-inf")
-        log_probs[:, BOS_ID] = float("-inf")
-        batch.states = [o[1] for o in outputs]
-        return log_probs
-
-    @property
-    def max_positions(self) -> int:
-        return min(m.cfg.max_positions for m in self.models)
 
 
 TOPK_BLOCK = 64
@@ -309,14 +193,13 @@ def beam_search(
     scores = torch.zeros((n, 1), device=device)
     history = torch.empty((n, 1, 0), dtype=torch.long, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
-    search = _Constrained(constraints.in_vocabulary(vocab), n, device) if constraints is not None else None
+    search = ConstrainedBeam(constraints.in_vocabulary(vocab), n, device) if constraints is not None else None
     for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch)  # (A*R, V), R rows per sentence
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
-        row_limit = limit[active].repeat_interleave(r)
-        _constrain_length(log_probs, t, row_limit, cfg.min_len, cfg.early_stopping)
+        _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len, cfg.early_stopping)
         if search is not None:
-            search.forbid_early_end(log_probs, active, t + 1 >= row_limit)
+            search.forbid_early_end(log_probs, active, t + 1 >= limit[active].repeat_interleave(r))
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if search is None:
@@ -326,23 +209,10 @@ def beam_search(
         rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
         is_eos = top_tok == EOS_ID
         stored = batch.stored(top_tok, torch.arange(a, device=device).unsqueeze(1) * r + top_beam)
-        ending = is_eos & top_scores.isfinite() & (rank < k)
-        if search is not None:  # an EOS with a phrase unmet comes only at the length limit
-            ending &= search.may_end_at_limit(fin.scores[active], ending)
-        candidates = Candidates(top_scores, top_beam, top_tok, ending)
+        candidates = Candidates(top_scores, top_beam, top_tok, is_eos & top_scores.isfinite() & (rank < k))
+        at_end = t + 1 >= limit[active]
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
-        if cfg.early_stopping:
-            fin.take_free_slots(candidates, history, active, t, penalty)
-        else:
-            # At the length limit every candidate of the first K ends, whatever its last piece.
-            at_limit = (t + 1 >= limit[active]).unsqueeze(1) & top_scores.isfinite() & (rank < k)
-            if search is not None:
-                at_limit &= search.may_end_at_limit(fin.scores[active], at_limit)
-            ended = torch.cat(
-                [history.gather(1, top_beam.unsqueeze(-1).expand(-1, -1, t)), stored[..., None]], 2
-            )
-            ends = candidates.ending | at_limit
-            fin.keep_best((top_scores.double() / penalty).masked_fill(~ends, float("-inf")), ended, active)
+        _finish(fin, cfg.early_stopping, candidates, stored, history, active, at_end, penalty, search)
 
         # Continue: the K best non-EOS candidates (there are always at least K).
         order = torch.where(is_eos, rank + rank.shape[1], rank)
@@ -350,22 +220,14 @@ def beam_search(
         beams = top_beam.gather(1, keep_cols)
         scores = top_scores.gather(1, keep_cols)
         new_tok = top_tok.gather(1, keep_cols)
-        history = torch.cat(
-            [
-                history.gather(1, beams.unsqueeze(-1).expand(-1, -1, t)),
-                stored.gather(1, keep_cols).unsqueeze(-1),
-            ],
-            2,
-        )
+        history = _extended(history, beams, stored.gather(1, keep_cols))
         if search is not None:
             search.keep(keep_cols)
-
         if cfg.early_stopping:
-            done = (fin.count[active] >= k) | (t + 1 >= limit[active])
+            done = (fin.count[active] >= k) | at_end
         else:  # done once the best running score at its length cannot beat the worst finished one
-            best_running = scores.amax(dim=1).double() / penalty
             worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
-            done = (best_running <= worst) | (t + 1 >= limit[active])
+            done = (scores.amax(dim=1).double() / penalty <= worst) | at_end
         keep = (~done).nonzero()[:, 0]
         if keep.numel() == 0:
             break
@@ -377,9 +239,42 @@ def beam_search(
         per_sentence = k
         active, scores, history = active[keep], scores[keep], history[keep]
         tokens = new_tok[keep].reshape(-1, 1)
-    order = fin.scores.argsort(dim=1, descending=True)[:, :nbest]
-    best = fin.tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, fin.tokens.shape[-1]))
-    return _hypotheses(best, fin.scores.gather(1, order), batch)
+    return _hypotheses(*fin.best(nbest), batch)
+
+
+def _extended(history: Tensor, beams: Tensor, new: Tensor) -> Tensor:
+    """(A, X, t + 1): the history (A, R, t) of hypotheses `beams` (A, X), each followed by `new`."""
+    return torch.cat(
+        [history.gather(1, beams.unsqueeze(-1).expand(-1, -1, history.shape[2])), new[..., None]], 2
+    )
+
+
+def _finish(
+    fin: Finished,
+    early_stopping: bool,
+    c: Candidates,
+    stored: Tensor,
+    history: Tensor,
+    active: Tensor,
+    at_end: Tensor,
+    penalty: float,
+    search: ConstrainedBeam | None,
+) -> None:
+    """The step's ending candidates into `fin`: first come with early stopping; otherwise the K best,
+    where at the length limit (`at_end`, (A,)) every candidate of the first K ends, whatever its
+    last piece. `stored`: the candidates' tokens as the history keeps them."""
+    if search is not None:  # an EOS with a phrase unmet comes only at the length limit
+        c = dataclasses.replace(c, ending=c.ending & search.may_end_at_limit(fin.scores[active], c.ending))
+    if early_stopping:
+        fin.take_free_slots(c, history, active, history.shape[2], penalty)
+        return
+    k = fin.scores.shape[1]
+    first = c.scores.isfinite() & (torch.arange(c.scores.shape[1], device=c.scores.device) < k)
+    at_limit = at_end.unsqueeze(1) & first
+    if search is not None:
+        at_limit &= search.may_end_at_limit(fin.scores[active], at_limit)
+    normalised = (c.scores.double() / penalty).masked_fill(~(c.ending | at_limit), float("-inf"))
+    fin.keep_best(normalised, _extended(history, c.beams, stored), active)
 
 
 def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -388,43 +283,6 @@ def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tenso
         cand = torch.cat([cand, cand.new_full((cand.shape[0], 2 * k - r * width), float("-inf"))], dim=1)
     top_scores, top_idx = top_k(cand, 2 * k)  # (A, 2K)
     return top_scores, (top_idx // width).clamp_(max=r - 1), top_idx % width
-
-
-class _Constrained:
-    """The constraint side of a beam search: the batch's phrases and each hypothesis's progress."""
-
-    def __init__(self, constraints: Constraints, n: int, device: torch.device) -> None:
-        self.constraints = constraints
-        self.progress = Progress.start(n, constraints.ids.shape[1], device)
-        self.chosen: Chosen | None = None
-
-    def forbid_early_end(self, log_probs: Tensor, active: Tensor, at_limit: Tensor) -> None:
-        r = log_probs.shape[0] // active.numel()
-        lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)
-        forbid_early_end(log_probs, self.progress, lengths, at_limit)
-
-    def candidates(
-        self, cand: Tensor, log_probs: Tensor, active: Tensor, k: int, width: int
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        mine = self.constraints.select(active)
-        self.chosen = candidates(cand, log_probs, self.progress, mine, k, width)
-        return self.chosen.scores, self.chosen.beams, self.chosen.tokens
-
-    def may_end_at_limit(self, finished: Tensor, first: Tensor) -> Tensor:
-        """(A, M): at the length limit, a candidate ends if it met its phrases; one with a phrase
-        unmet only if its sentence has nothing better: no finished hypothesis, and no candidate
-        that met them among the `first` (A, M) that end now."""
-        assert self.chosen is not None
-        met = self.chosen.all_met
-        better = (finished.amax(dim=1) > float("-inf")) | (met & first).any(dim=1)
-        return met | ~better.unsqueeze(1)
-
-    def keep(self, columns: Tensor) -> None:
-        """The progress of the candidates that continue, `columns` (A, K) of the step's order."""
-        assert self.chosen is not None
-        m = self.chosen.scores.shape[1]
-        rows = (torch.arange(columns.shape[0], device=columns.device).unsqueeze(1) * m + columns).flatten()
-        self.progress = self.chosen.progress.select(rows)
 
 
 def translate_batch(

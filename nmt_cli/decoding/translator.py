@@ -39,6 +39,7 @@ from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding.alignment import Alignment, word_alignment
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
     PRECISIONS,
     decoding_workers,
@@ -47,7 +48,7 @@ from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders,
     load_translator,
     load_translators,
 )
-from nmt_cli.decoding.search import Ensemble, Hypothesis, translate_sentences
+from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's, imported from here too)
     BATCH_TOKENS,
     DecodeOptions,

@@ -23,7 +23,8 @@ from nmt_cli import Translator, checkpoint
 from nmt_cli.commands.export import write_model
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate
-from nmt_cli.decoding.search import Ensemble, greedy_search
+from nmt_cli.decoding.ensemble import Ensemble
+from nmt_cli.decoding.search import greedy_search
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec
 
 

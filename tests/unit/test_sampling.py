@@ -18,8 +18,9 @@ from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
-from nmt_cli.decoding.search import Ensemble, greedy_search
+from nmt_cli.decoding.search import greedy_search
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.decoding.workers import can_fork
 from nmt_cli.errors import InputError

@@ -8,8 +8,9 @@ import torch
 from conftest import tiny_model
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding import search
-from nmt_cli.decoding.search import Batch, Ensemble, beam_search, greedy_search, length_penalty, top_k
+from nmt_cli.decoding import ensemble
+from nmt_cli.decoding.ensemble import Batch, Ensemble
+from nmt_cli.decoding.search import beam_search, greedy_search, length_penalty, top_k
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -173,7 +174,7 @@ def test_encoding_a_batch_in_parts_decodes_as_in_one(monkeypatch, beam):
     model, src = tiny(30), sources(30)
     cfg = decoding(beam, 0.6, "gnmt", 1.0, 5)
     whole = beam_search(Ensemble([model]), src, cfg, nbest=beam)
-    monkeypatch.setattr(search, "ENCODE_TOKENS", src.shape[1])
+    monkeypatch.setattr(ensemble, "ENCODE_TOKENS", src.shape[1])
     parted = beam_search(Ensemble([model]), src, cfg, nbest=beam)
     assert [[h.tokens for h in s] for s in parted] == [[h.tokens for h in s] for s in whole]
     for got, want in zip(parted, whole, strict=True):

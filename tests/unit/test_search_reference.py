@@ -12,7 +12,8 @@ import torch
 from test_search import tiny
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.search import Ensemble, beam_search, greedy_search, length_penalty
+from nmt_cli.decoding.ensemble import Ensemble
+from nmt_cli.decoding.search import beam_search, greedy_search, length_penalty
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
