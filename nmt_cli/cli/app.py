@@ -204,12 +204,8 @@ def shortlist(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint (trained, averaged or imported).")],
     train: Annotated[Path, typer.Option(help="Parallel corpus prefix: PREFIX.SRC and PREFIX.TGT, raw text.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The checkpoint with its shortlist.")],
-    src: Annotated[
-        str | None, typer.Option(help="Source suffix (default: the checkpoint's language).")
-    ] = None,
-    tgt: Annotated[
-        str | None, typer.Option(help="Target suffix (default: the checkpoint's language).")
-    ] = None,
+    src: opt.Src = None,
+    tgt: opt.Tgt = None,
     candidates: Annotated[int, typer.Option(help="Target pieces kept per source piece.")] = 20,
     frequent: Annotated[int, typer.Option(help="Most frequent target pieces, in every shortlist.")] = 100,
     max_pairs: Annotated[int, typer.Option(help="Learn from the first N sentence pairs.")] = 1_000_000,
@@ -247,12 +243,8 @@ def shortlist(
 def import_(
     source: Annotated[str, typer.Argument(help="Marian (Hugging Face) directory or fairseq checkpoint.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.")],
-    src: Annotated[
-        str | None, typer.Option(help="Source language, for a model that does not name it.")
-    ] = None,
-    tgt: Annotated[
-        str | None, typer.Option(help="Target language, for a model that does not name it.")
-    ] = None,
+    src: opt.Src = None,
+    tgt: opt.Tgt = None,
 ) -> None:
     """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint.
 

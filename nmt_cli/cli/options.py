@@ -1,12 +1,20 @@
 """Command-line options that several commands take, declared once as annotated types
-(Typer reads the option's name from the parameter and its help from here)."""
+(Typer reads the option's name from the parameter and its help from here), and `given`, which
+builds a settings object from the options named as its fields."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Settings = TypeVar("Settings", bound="DataclassInstance")
 
 Beam = Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")]
 Lenpen = Annotated[float | None, typer.Option(help="Length penalty alpha.")]
@@ -28,6 +36,9 @@ Shortlist = Annotated[
 BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
+# The language pair, where the model does not name it (shortlist: also the corpus files' suffixes).
+Src = Annotated[str | None, typer.Option(help="Source language (default: the model's own).")]
+Tgt = Annotated[str | None, typer.Option(help="Target language (default: the model's own).")]
 Input = Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")]
 Models = Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")]
 DecodePrecision = Annotated[
@@ -37,3 +48,10 @@ Workers = Annotated[
     int,
     typer.Option(help="CPU decoding processes of one thread each (0: one per core, or 1 with --threads)."),
 ]
+
+
+def given(cls: type[Settings], parameters: Mapping[str, Any]) -> Settings:
+    """A `cls` (a dataclass) of the command's `parameters` (its `locals()`) that are named as its
+    fields; a field the command has no option for keeps its default."""
+    names = {item.name for item in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in parameters.items() if name in names})

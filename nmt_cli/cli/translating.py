@@ -70,15 +70,7 @@ def translate(
     imported()
 
     Globals.fast_exit = True
-    decode = DecodeOverrides(
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
-        shortlist=shortlist,
-    )
+    decode = opt.given(DecodeOverrides, locals())  # --beam ... --shortlist
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
     command.run(
@@ -125,14 +117,7 @@ def attend(
 
     imported()
 
-    decode = DecodeOverrides(
-        beam=beam,
-        lenpen=lenpen,
-        lenpen_style=lenpen_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
-    )
+    decode = opt.given(DecodeOverrides, locals())  # --beam ... --min-len
     runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
     command.run(
         model=model,
