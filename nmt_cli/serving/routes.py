@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -54,26 +54,32 @@ class Unanswered(Exception):
 
 
 def nmt_routes() -> APIRouter:
-    router = APIRouter()
-    router.add_api_route("/translate", post_translate, methods=["POST"])
-    router.add_api_route("/", get_page, methods=["GET"])
-    return router
+    return _router(("POST", "/translate", post_translate), ("GET", "/", get_page))
 
 
 def libretranslate_routes() -> APIRouter:
-    router = APIRouter()
-    router.add_api_route("/languages", get_languages, methods=["GET"])
-    router.add_api_route("/detect", post_detect, methods=["POST"])
-    router.add_api_route("/frontend/settings", get_frontend_settings, methods=["GET"])
-    return router
+    return _router(
+        ("GET", "/languages", get_languages),
+        ("POST", "/detect", post_detect),
+        ("GET", "/frontend/settings", get_frontend_settings),
+    )
 
 
 def status_routes() -> APIRouter:
+    return _router(
+        ("GET", "/health", get_health),
+        ("GET", "/info", get_info),
+        ("GET", "/metrics", get_metrics),
+        keyed=("/info", "/metrics"),
+    )
+
+
+def _router(*routes: tuple[str, str, Callable[..., Any]], keyed: tuple[str, ...] = ()) -> APIRouter:
+    """A router of (method, path, endpoint) routes; those at a path in `keyed` need an API key."""
     router = APIRouter()
-    router.add_api_route("/health", get_health, methods=["GET"])
-    keyed = [Depends(require_key)]
-    router.add_api_route("/info", get_info, methods=["GET"], dependencies=keyed)
-    router.add_api_route("/metrics", get_metrics, methods=["GET"], dependencies=keyed)
+    for method, path, endpoint in routes:
+        needs_key = [Depends(require_key)] if path in keyed else None
+        router.add_api_route(path, endpoint, methods=[method], dependencies=needs_key)
     return router
 
 
