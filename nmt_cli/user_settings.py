@@ -76,16 +76,19 @@ class PrepareConfig:
     spm_from: Path | None = None
     """A checkpoint or prepared corpus whose sentencepiece model(s) encode this corpus: nothing is
     learned, and the vocabulary options do not apply."""
+    # The vocabulary learned (unless spm_from gives one).
     vocab_size: int = 32000
     joint: bool = True
     character_coverage: float = 1.0
-    spm_sample: int = 2_000_000
-    max_len: int = 250
-    max_ratio: float = 2.0
-    workers: int = 1
-    errors: str = "strict"
     byte_fallback: bool = True
     normalization: str = "identity"
+    spm_sample: int = 2_000_000
+    # Which train pairs are kept (valid and test keep every line).
+    max_len: int = 250
+    max_ratio: float = 2.0
+    # Reading the text and encoding it.
+    errors: str = "strict"
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.train, str):  # one prefix, as before several corpora were possible
