@@ -37,9 +37,13 @@ class Constraints:
     ids: Tensor
     lengths: Tensor
     ordered: bool = False
+    word_ends: Tensor | None = None
+    """(V,) True at the pieces that may follow a phrase (`restrict`); None: any."""
 
     @classmethod
-    def of(cls, phrases: list[Phrases], ordered: bool, device: torch.device) -> Constraints:
+    def of(
+        cls, phrases: list[Phrases], ordered: bool, device: torch.device, word_ends: Tensor | None = None
+    ) -> Constraints:
         c = max([len(p) for p in phrases] + [1])
         length = max([len(x) for p in phrases for x in p] + [1])
         ids = torch.full((len(phrases), c, length), PAD_ID, dtype=torch.long)
@@ -48,7 +52,8 @@ class Constraints:
             for j, phrase in enumerate(sentence):
                 ids[i, j, : len(phrase)] = torch.tensor(phrase, dtype=torch.long)
                 lengths[i, j] = len(phrase)
-        return cls(ids.to(device), lengths.to(device), ordered)
+        ends = word_ends.to(device) if word_ends is not None else None
+        return cls(ids.to(device), lengths.to(device), ordered, ends)
 
     def in_vocabulary(self, vocab: Tensor | None) -> Constraints:
         """The phrases as columns of a batch vocabulary (`vocab` sorted after its special ids, as
@@ -57,10 +62,11 @@ class Constraints:
             return self
         columns = torch.searchsorted(vocab, self.ids).clamp_(max=vocab.numel() - 1)
         ids = torch.where(self.lengths.unsqueeze(-1) > 0, columns, PAD_ID)
-        return Constraints(ids, self.lengths, self.ordered)
+        ends = self.word_ends[vocab] if self.word_ends is not None else None
+        return Constraints(ids, self.lengths, self.ordered, ends)
 
     def select(self, sentences: Tensor) -> Constraints:
-        return Constraints(self.ids[sentences], self.lengths[sentences], self.ordered)
+        return Constraints(self.ids[sentences], self.lengths[sentences], self.ordered, self.word_ends)
 
     def with_pieces(self, vocab: Tensor) -> Tensor:
         """`vocab` (special ids first, then sorted) with every constraint piece added: a shortlist
@@ -77,19 +83,22 @@ class Constraints:
 @dataclass(frozen=True)
 class Progress:
     """Where each of B hypotheses stands: `met` (B, C), the phrase it is in (`current`, -1 for
-    none) and how many of its pieces it has produced (`at`)."""
+    none), how many of its pieces it has produced (`at`), and whether its last piece ended a
+    phrase (`ended`)."""
 
     met: Tensor
     current: Tensor
     at: Tensor
+    ended: Tensor
 
     @classmethod
     def start(cls, rows: int, c: int, device: torch.device) -> Progress:
         none = torch.full((rows,), -1, dtype=torch.long, device=device)
-        return cls(torch.zeros((rows, c), dtype=torch.bool, device=device), none, torch.zeros_like(none))
+        met = torch.zeros((rows, c), dtype=torch.bool, device=device)
+        return cls(met, none, torch.zeros_like(none), torch.zeros(rows, dtype=torch.bool, device=device))
 
     def select(self, rows: Tensor) -> Progress:
-        return Progress(self.met[rows], self.current[rows], self.at[rows])
+        return Progress(self.met[rows], self.current[rows], self.at[rows], self.ended[rows])
 
     def pieces_met(self, lengths: Tensor) -> Tensor:
         """(B,) constraint pieces produced so far, phrases met and the one in progress: the bank."""
@@ -131,14 +140,14 @@ class Progress:
         current = torch.where(going_on & ~finished, self.current, -1)
         at = torch.where(finished, 0, at)
         # A piece that does not continue a phrase may start one (the first it can, in order).
-        after = Progress(met, current, at)
+        after = Progress(met, current, at, finished)
         starts = after.startable(lengths, ordered) & (ids[:, :, 0] == tokens.unsqueeze(1))
         starts &= ~going_on.unsqueeze(1)
         starting, first = starts.any(dim=1), starts.long().argmax(dim=1)
         whole = starting & (lengths.gather(1, first.unsqueeze(1))[:, 0] == 1)
         met = met | ((c_range == first.unsqueeze(1)) & whole.unsqueeze(1))
         begun = starting & ~whole
-        return Progress(met, torch.where(begun, first, current), torch.where(begun, 1, at))
+        return Progress(met, torch.where(begun, first, current), torch.where(begun, 1, at), finished | whole)
 
 
 @dataclass(frozen=True)
@@ -154,9 +163,15 @@ class Chosen:
     all_met: Tensor  # (A, M)
 
 
-def forbid_early_end(log_probs: Tensor, progress: Progress, lengths: Tensor, at_limit: Tensor) -> None:
-    """No EOS for a hypothesis with an unmet phrase, unless it is at its length limit."""
+def restrict(
+    log_probs: Tensor, progress: Progress, lengths: Tensor, at_limit: Tensor, word_ends: Tensor | None
+) -> None:
+    """No EOS for a hypothesis with an unmet phrase, unless it is at its length limit; after a
+    phrase, only a piece that `word_ends` allows (one that starts a word, punctuation, EOS), so
+    that "Haus" is not met inside "Hausboot"."""
     log_probs[:, EOS_ID].masked_fill_(~progress.all_met(lengths) & ~at_limit, float("-inf"))
+    if word_ends is not None:
+        log_probs.masked_fill_(progress.ended.unsqueeze(1) & ~word_ends, float("-inf"))
 
 
 def candidates(
@@ -230,10 +245,10 @@ class ConstrainedBeam:
         self.progress = Progress.start(n, constraints.ids.shape[1], device)
         self.chosen: Chosen | None = None
 
-    def forbid_early_end(self, log_probs: Tensor, active: Tensor, at_limit: Tensor) -> None:
+    def restrict(self, log_probs: Tensor, active: Tensor, at_limit: Tensor) -> None:
         r = log_probs.shape[0] // active.numel()
         lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)
-        forbid_early_end(log_probs, self.progress, lengths, at_limit)
+        restrict(log_probs, self.progress, lengths, at_limit, self.constraints.word_ends)
 
     def candidates(
         self, cand: Tensor, log_probs: Tensor, active: Tensor, k: int, width: int

@@ -199,7 +199,7 @@ def beam_search(
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
         _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len, cfg.early_stopping)
         if search is not None:
-            search.forbid_early_end(log_probs, active, t + 1 >= limit[active].repeat_interleave(r))
+            search.restrict(log_probs, active, t + 1 >= limit[active].repeat_interleave(r))
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if search is None:
@@ -321,10 +321,12 @@ def translate_sentences(
     constraints: list[Phrases] | None = None,
     ordered: bool = False,
     align: bool = False,
+    word_ends: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches; results in input order
     (`translate_batch`). `constraints`: each sentence's target phrases, met in the given order
-    when `ordered`; `align`: hypotheses with their links (`Hypothesis.links`)."""
+    when `ordered`, each followed by a piece `word_ends` allows (`constraints.restrict`); `align`:
+    hypotheses with their links (`Hypothesis.links`)."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -335,7 +337,7 @@ def translate_sentences(
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
         phrases = [constraints[i] for i in idx] if constraints is not None else []
-        batch_constraints = Constraints.of(phrases, ordered, device) if any(phrases) else None
+        batch_constraints = Constraints.of(phrases, ordered, device, word_ends) if any(phrases) else None
         hyps = translate_batch(
             ensemble, src, cfg, nbest, sampling, shortlist, scores, batch_constraints, align
         )

@@ -10,11 +10,18 @@ piece a word takes after a space, so it matches the word inside a sentence too.
 
 from __future__ import annotations
 
+import functools
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+from sentencepiece import SentencePieceProcessor
+
 from nmt_cli.data.glossary import Glossary
+from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.errors import InputError
+from nmt_cli.special_ids import EOS_ID, UNK_ID
 
 Encode = Callable[[str], list[int]]
 
@@ -60,6 +67,10 @@ class Vocabulary:
     encode: Encode
     unk_id: int
     room: Callable[[str], int]
+
+    @classmethod
+    def of(cls, tgt: SentencePieceProcessor | MosesBpe, room: Callable[[str], int]) -> Vocabulary:
+        return cls(tgt.encode, tgt.unk_id() if isinstance(tgt, SentencePieceProcessor) else UNK_ID, room)
 
 
 def constrained_lines(
@@ -118,3 +129,21 @@ def _checked(
             "have; raise max_len_a or max_len_b, or shorten the constraints",
         )
     return tuple(encoded)
+
+
+def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:
+    """(size,) True at the target ids that may follow a phrase's last piece: pieces that start a
+    word ("▁..."), pieces of punctuation only, the special ids (EOS among them), and any id past
+    the sentencepiece model's own. None with Moses and BPE, where a phrase ends with a word."""
+    return _word_ends(tgt, size) if isinstance(tgt, SentencePieceProcessor) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _word_ends(spm: SentencePieceProcessor, size: int) -> torch.Tensor:
+    allowed = torch.ones(size, dtype=torch.bool)
+    for i in range(min(size, spm.get_piece_size())):
+        piece = spm.id_to_piece(i)
+        punctuation = bool(piece) and all(unicodedata.category(ch).startswith("P") for ch in piece)
+        special = spm.is_control(i) or spm.is_unknown(i) or i <= EOS_ID
+        allowed[i] = piece.startswith("\u2581") or punctuation or special
+    return allowed

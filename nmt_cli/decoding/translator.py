@@ -57,13 +57,12 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
     resolve,
     with_terms,
 )
-from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of
+from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import check_setting
-from nmt_cli.special_ids import UNK_ID
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
@@ -345,19 +344,16 @@ class Translator:
         self, lines: Sequence[str], settings: DecodeSettings, given: Sequence[Sequence[str]] | None
     ) -> list[str | Constrained]:
         """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
-        cfg = settings.search
         if settings.sampling is not None:
             raise SettingError(
                 "sampling", settings.sampling.method, "draws freely; constraints need a search"
             )
+        cfg, longest = settings.search, self.ensemble.max_positions - 1
 
         def room(line: str) -> int:
-            pieces = len(self.source_ids(line, count=False))
-            return int(min(cfg.max_len_a * pieces + cfg.max_len_b, self.ensemble.max_positions - 1))
+            return int(min(cfg.max_len_a * len(self.source_ids(line, False)) + cfg.max_len_b, longest))
 
-        unk = self.tgt_spm.unk_id() if isinstance(self.tgt_spm, SentencePieceProcessor) else UNK_ID
-        vocabulary = Vocabulary(self.tgt_spm.encode, unk, room)
-        return constrained_lines(lines, given, settings.glossary, vocabulary)
+        return constrained_lines(lines, given, settings.glossary, Vocabulary.of(self.tgt_spm, room))
 
     def _translate(self, lines: Sequence[str | Constrained], settings: DecodeSettings) -> list[Result]:
         ids = [self.source_ids(text_of(line)) for line in lines]
@@ -378,6 +374,7 @@ class Translator:
             phrases if any(phrases) else None,
             settings.ordered_constraints,
             settings.alignments,
+            word_ends(self.tgt_spm, self.ensemble.models[0].cfg.tgt_vocab_size) if any(phrases) else None,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]

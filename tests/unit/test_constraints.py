@@ -143,3 +143,30 @@ def test_ordered_progress_starts_only_the_first_unmet_phrase() -> None:
     assert start.next_pieces(ids, lengths, ordered=True)[0].tolist() == [5, PAD_ID]
     assert start.advanced(torch.tensor([9]), ids, lengths, ordered=True).met[0].tolist() == [False, False]
     assert start.advanced(torch.tensor([9]), ids, lengths, ordered=False).met[0].tolist() == [False, True]
+
+
+def test_after_a_phrase_comes_only_a_piece_that_may_follow_it() -> None:
+    # As if pieces 4..14 started words and 15..29 continued them: "Haus" must not be met inside
+    # "Hausboot", so a phrase's last piece is followed by a piece that starts a word, or the end.
+    word_ends = torch.arange(VOCAB) < 15
+    constraints = Constraints.of(PHRASES, False, torch.device("cpu"), word_ends)
+    found = beam_search(Ensemble([tiny()]), sources(), decode(), 2, None, constraints)
+    followers = []
+    for hyps, phrases in zip(found, PHRASES, strict=True):
+        for hyp in hyps:
+            for phrase in phrases:
+                at = contains(hyp.tokens, phrase)
+                assert at >= 0
+                after = at + len(phrase)
+                if after < len(hyp.tokens):
+                    followers.append(hyp.tokens[after])
+    assert followers and all(token < 15 for token in followers)
+    unrestricted = beam_search(
+        Ensemble([tiny()]), sources(), decode(), 2, None, Constraints.of(PHRASES, False, torch.device("cpu"))
+    )
+    glued = [
+        hyp.tokens[contains(hyp.tokens, p) + len(p)]
+        for hyps, phrases in zip(unrestricted, PHRASES, strict=True) for hyp in hyps for p in phrases
+        if contains(hyp.tokens, p) + len(p) < len(hyp.tokens)
+    ]  # fmt: skip
+    assert any(token >= 15 for token in glued)  # without the rule, some would go on inside the word
