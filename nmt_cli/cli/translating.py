@@ -14,7 +14,9 @@ from nmt_cli.cli.session import Globals, imported
 
 TRANSLATE_EPILOG = (
     "Examples: echo 'A man rides a bike.' | nmt translate -m avg.pt\n\n"
-    "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6"
+    "nmt translate -m avg.pt -i test.en -o test.hyp --beam 4 --lenpen 0.6\n\n"
+    "printf 'A man rides a bike.\\tFahrrad\\n' | nmt translate -m avg.pt --constraints\n\n"
+    "nmt translate -m avg.pt -i test.en --glossary terms.tsv"
 )
 ATTEND_EPILOG = (
     "Examples: nmt attend -m avg.pt -i sentences.en --out-dir attention/\n\n"
@@ -61,6 +63,21 @@ def translate(
     format_: Annotated[
         str, typer.Option("--format", help="text, or html: each line an HTML fragment, its markup kept.")
     ] = "text",
+    constraints: Annotated[
+        bool,
+        typer.Option(
+            help="Each line: the source, then a tab before each phrase its translation must contain."
+        ),
+    ] = False,
+    ordered_constraints: Annotated[
+        bool, typer.Option(help="--constraints: the phrases in the order given (default: any order).")
+    ] = False,
+    glossary: Annotated[
+        Path | None,
+        typer.Option(
+            help="TSV of 'source term<TAB>target term': enforced where a line holds the source term."
+        ),
+    ] = None,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -87,6 +104,9 @@ def translate(
         split_sentences=split_sentences,
         alignments=alignments,
         text_format=format_,
+        constraints=constraints,
+        ordered_constraints=ordered_constraints,
+        glossary=glossary,
     )
 
 
