@@ -74,17 +74,19 @@ class Vocabulary:
 
 
 def constrained_lines(
-    lines: Sequence[str],
+    lines: Sequence[str | Constrained],
     given: Sequence[Sequence[str]] | None,
     glossary: Glossary | None,
     vocabulary: Vocabulary,
 ) -> list[str | Constrained]:
-    """Each line with its phrases: those `given` for it, then the target terms of the `glossary`
-    entries it matches (each phrase once). A line without any stays a plain string."""
+    """Each line with its phrases: those it already has (a `Constrained` line), those `given` for
+    it, then the target terms of the `glossary` entries it matches (each phrase once). A line
+    without any stays a plain string."""
     if given is not None and len(given) != len(lines):
         raise InputError(f"constraints: {len(given)} lists for {len(lines)} lines; give one list a line")
     out: list[str | Constrained] = []
     for i, line in enumerate(lines):
+        text = text_of(line)
         if given is not None and isinstance(given[i], str):
             raise InputError(
                 f"constraints[{i}]: a list of phrases for the line, not one string; write [{given[i]!r}]"
@@ -92,11 +94,15 @@ def constrained_lines(
         wanted = list(given[i]) if given is not None else []
         for phrase in wanted:
             if not isinstance(phrase, str):
-                raise ConstraintError(i, line, f"a constraint is a string, not {type(phrase).__name__}")
+                raise ConstraintError(i, text, f"a constraint is a string, not {type(phrase).__name__}")
         if glossary is not None:
-            wanted += glossary.targets(line)
-        unique = list(dict.fromkeys(wanted))
-        out.append(Constrained(line, _checked(i, line, unique, vocabulary)) if unique else line)
+            wanted += glossary.targets(text)
+        if not wanted:
+            out.append(line)
+            continue
+        had = line.phrases if isinstance(line, Constrained) else ()
+        phrases = _checked(i, text, list(dict.fromkeys(wanted)), vocabulary)
+        out.append(Constrained(text, tuple(dict.fromkeys(had + phrases))))
     return out
 
 

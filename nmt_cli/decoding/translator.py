@@ -252,7 +252,7 @@ class Translator:
 
     def translate_results(
         self,
-        lines: Sequence[str],
+        lines: Sequence[str | Constrained],
         settings: DecodeSettings,
         constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[Result]:
@@ -341,7 +341,10 @@ class Translator:
         return np.asarray(pieces, dtype=np.int64)
 
     def constrained(
-        self, lines: Sequence[str], settings: DecodeSettings, given: Sequence[Sequence[str]] | None
+        self,
+        lines: Sequence[str | Constrained],
+        settings: DecodeSettings,
+        given: Sequence[Sequence[str]] | None,
     ) -> list[str | Constrained]:
         """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
         if settings.sampling is not None:

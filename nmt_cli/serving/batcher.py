@@ -28,12 +28,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from nmt_cli.decoding.settings import DecodeSettings
+    from nmt_cli.decoding.terms import Constrained
 
 Result = TypeVar("Result")
+Line: TypeAlias = "str | Constrained"
+"""A line to translate, or one with the phrases its translation must contain."""
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Closed(Exception):
 
 @dataclass
 class _Request(Generic[Result]):
-    lines: list[str]
+    lines: list[Line]
     key: DecodeSettings
     arrived: float
     future: Future[list[Result]] = field(default_factory=Future)
@@ -76,8 +79,8 @@ class Batcher(Generic[Result]):
 
     def __init__(
         self,
-        decode: Callable[[list[str], DecodeSettings], list[Result]],
-        count_tokens: Callable[[str], int],
+        decode: Callable[[list[Line], DecodeSettings], list[Result]],
+        count_tokens: Callable[[Line], int],
         max_batch_tokens: int,
         max_wait_s: float,
         max_queue: int,
@@ -115,7 +118,7 @@ class Batcher(Generic[Result]):
         for thread in self._threads:
             thread.start()
 
-    def submit(self, lines: list[str], key: DecodeSettings) -> Future[list[Result]]:
+    def submit(self, lines: list[Line], key: DecodeSettings) -> Future[list[Result]]:
         """Queue `lines`; the future gets one result per line, in order (or the decode's error).
         Raises QueueFull when the lines would take the queue past `max_queue`, Closed after close()."""
         request: _Request[Result] = _Request(list(lines), key, time.monotonic())

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+FIELDS = ("q", "source", "target", "format", "api_key", "alternatives", "glossary")  # glossary: nmt's
 MAX_ALTERNATIVES = 10
 
 # Names for /languages (LibreTranslate's clients show them); other codes are named by their code.

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling
-from nmt_cli.errors import SettingError
+from nmt_cli.data.glossary import Glossary
+from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling, with_terms
+from nmt_cli.errors import InputError, SettingError
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.user_settings import DecodeOverrides
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 TEXT_FIELDS = ("format", "split_sentences", "alignments")
+TERM_FIELDS = ("constraints", "glossary", "ordered_constraints")
 FIELDS = (
     "text",
     "source",
@@ -32,6 +34,7 @@ FIELDS = (
     "sampling",
     *SAMPLING_FIELDS,
     *TEXT_FIELDS,
+    *TERM_FIELDS,
 )
 
 
@@ -142,6 +145,44 @@ def parse_settings(data: Mapping[str, Any], limits: ServeLimits, translator: "Tr
         return translator.settings(search, data.get("nbest"), limits.max_batch_tokens, sampling)
     except SettingError as err:
         raise BadRequest(422, err.as_field()) from None
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a request asks its translations to contain: each text's own phrases ("constraints",
+    None for none) and the glossary's terms, with the settings that carry the glossary."""
+
+    constraints: list[list[str]] | None
+    settings: DecodeSettings
+
+
+def parse_terms(data: Mapping[str, Any], texts: int, settings: DecodeSettings) -> Terms:
+    """ "constraints" (a list of phrases for each text), "glossary" (an object of source term to
+    target term, or a list of [source term, target term] pairs) and "ordered_constraints"."""
+    given = data.get("constraints")
+    if given is not None and not (
+        isinstance(given, list)
+        and len(given) == texts
+        and all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in given)
+    ):
+        raise BadRequest(422, f"constraints: a list of phrases (strings) for each of the {texts} texts")
+    return Terms(given, with_glossary(data, settings, "ordered_constraints"))
+
+
+def with_glossary(
+    data: Mapping[str, Any], settings: DecodeSettings, ordered: str | None = None
+) -> DecodeSettings:
+    """`settings` with the request's "glossary" (and `ordered` field); BadRequest for a bad one."""
+    entries = data.get("glossary")
+    if isinstance(entries, list):  # JSON has no tuples: [source, target] pairs
+        entries = [tuple(e) if isinstance(e, list) else e for e in entries]
+    try:
+        glossary = Glossary.of(entries, where="glossary") if entries is not None else None
+        return with_terms(settings, glossary, data.get(ordered, False) if ordered else False)
+    except SettingError as err:
+        raise BadRequest(422, err.as_field()) from None
+    except InputError as err:
+        raise BadRequest(422, str(err)) from None
 
 
 def route(

@@ -22,8 +22,10 @@ from starlette.exceptions import HTTPException
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.markup import MarkupError, Parsed
 from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.decoding.terms import Constrained, ConstraintError
 from nmt_cli.decoding.texts import Result, join_results, sentences_of, split_texts
 from nmt_cli.decoding.workers import WorkerDied
+from nmt_cli.errors import SettingError
 from nmt_cli.serving import libretranslate, page
 from nmt_cli.serving.batcher import Closed, QueueFull
 from nmt_cli.serving.dependencies import Posted, ServiceDep, keyed_posted, require_key
@@ -33,8 +35,10 @@ from nmt_cli.serving.requests import (
     TextOptions,
     parse_lines,
     parse_settings,
+    parse_terms,
     parse_text_options,
     route,
+    with_glossary,
 )
 from nmt_cli.serving.service import Service
 
@@ -96,7 +100,10 @@ async def post_translate(
     pair, _ = route(service.served, data.get("source"), data.get("target"))
     settings = parse_settings(data, service.limits, pair.translator)
     options = parse_text_options(data, settings.nbest)
-    results = await translate_texts(request, pair, lines, settings, options)
+    terms = parse_terms(data, len(lines), settings)
+    results = await translate_texts(
+        request, pair, lines, terms.settings, options, constraints=terms.constraints
+    )
     return translations(results, settings.nbest)
 
 
@@ -137,6 +144,10 @@ async def translate_libretranslate(
     pair, detected = await choose_pair(service, asked.source, asked.target, parsed.texts if parsed else lines)
     nbest = asked.alternatives + 1 if asked.alternatives else None
     settings = pair.translator.settings(nbest=nbest, batch_tokens=limits.max_batch_tokens)
+    try:  # nmt's extension: a glossary, as nmt's own route takes it
+        settings = with_glossary(fields, settings)
+    except BadRequest as err:
+        raise BadRequest(400, f"Invalid request: {err.message}") from None
     results = await translate_texts(request, pair, lines, settings, TextOptions(html=asked.html), parsed)
     return JSONResponse(libretranslate.answer(asked, [r.hyps for r in results], detected))
 
@@ -208,18 +219,27 @@ async def translate_texts(
     settings: DecodeSettings,
     options: TextOptions,
     parsed: Parsed | None = None,
+    constraints: list[list[str]] | None = None,
 ) -> list[Result]:
-    """Texts through `pair`'s queue: sentence by sentence unless `options.split` is off, each
-    text's sentences joined back; HTML fragments (`options.html`) parsed first and rebuilt around
-    their translations, which then need the words' alignment."""
+    """Texts through `pair`'s queue: sentence by sentence unless `options.split` is off (or the
+    texts have `constraints` of their own), each text's sentences joined back; HTML fragments
+    (`options.html`) parsed first and rebuilt around their translations, which then need the
+    words' alignment. The phrases to enforce are checked here, so that a bad one is the
+    request's 422, and the queue batches requests whatever their glossaries."""
+    if options.html and constraints is not None:
+        raise BadRequest(422, "constraints: for format text (a glossary applies to html too)")
     if options.html and parsed is None:
         parsed = parse_fragments(texts)
     units = parsed.texts if parsed is not None else texts
     aligned = options.alignments or parsed is not None
     settings = dataclasses.replace(settings, alignments=aligned and pair.translator.aligns)
     language = pair.pair[0] if pair.pair else "en"
-    splits = split_texts(units, language) if options.split or parsed is not None else None
-    results = await decode(request, pair, sentences_of(splits) if splits else units, settings)
+    split = (options.split or parsed is not None) and constraints is None
+    splits = split_texts(units, language) if split else None
+    sentences: list[str | Constrained] = list(sentences_of(splits) if splits else units)
+    if constraints is not None or settings.glossary is not None:
+        sentences, settings = _with_phrases(pair, sentences, settings, constraints)
+    results = await decode(request, pair, sentences, settings)
     if splits is not None:
         results = join_results(splits, results, settings)
     if parsed is None:
@@ -228,10 +248,29 @@ async def translate_texts(
     return [Result([(text, 0.0)]) for text in rebuilt]
 
 
+def _with_phrases(
+    pair: Served,
+    units: list[str | Constrained],
+    settings: DecodeSettings,
+    constraints: list[list[str]] | None,
+) -> tuple[list[str | Constrained], DecodeSettings]:
+    try:
+        constrained = pair.translator.constrained(units, settings, constraints)
+    except ConstraintError as err:
+        raise BadRequest(
+            422, f"constraints[{err.line}]: {err.problem}" if constraints else f"glossary: {err}"
+        ) from None
+    except SettingError as err:
+        raise BadRequest(422, err.as_field()) from None
+    return constrained, dataclasses.replace(settings, glossary=None)
+
+
 # Decoding and errors
 
 
-async def decode(request: Request, pair: Served, lines: list[str], settings: DecodeSettings) -> list[Result]:
+async def decode(
+    request: Request, pair: Served, lines: list[str | Constrained], settings: DecodeSettings
+) -> list[Result]:
     """The lines' hypotheses from `pair`'s queue, awaited (not decoded) on the event loop;
     `Unanswered` when they cannot be had."""
     try:

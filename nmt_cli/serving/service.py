@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
+from nmt_cli.decoding.terms import text_of
 from nmt_cli.decoding.texts import Result
 from nmt_cli.ranges import MAX_BEAM
 from nmt_cli.serving.batcher import Batcher
@@ -137,7 +138,7 @@ def _served(translator: "Translator", paths: list[Path], limits: ServeLimits, me
 
     batcher: Batcher[Result] = Batcher(
         translator.translate_results,
-        lambda line: len(translator.src_spm.encode(line)) + 1,  # + EOS
+        lambda line: len(translator.src_spm.encode(text_of(line))) + 1,  # + EOS
         limits.max_batch_tokens,
         limits.max_wait_ms / 1000,
         limits.max_queue,
