@@ -8,7 +8,7 @@ fairseq's constrained decoding on the same model.
 - nmt on the Multi30k model, beam 4: each constraint met as a whole word (and as pieces, which a
   longer word can hold), BLEU with and without the constraints on the lines that have any and on
   all, and sentences a second of both on all 1,000 lines (median of 3, in the same process).
-- A glossary of 100,000 entries (the most frequent word unigrams and bigrams of train.en, each
+- A glossary of 100,000 entries (the most frequent word uni-, bi- and trigrams of train.en, each
   mapped to a German word): the seconds to match it against the 1,000 lines, beside the seconds
   of decoding them.
 - fairseq: the shared fairseq model (tests/fixtures/fairseq-multi30k-tiny), imported, decodes
@@ -31,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import sacrebleu
 from common import DEFAULT_DATA, ROOT, THREADS, emit
@@ -43,14 +45,16 @@ from nmt_cli.device import configure_cpu
 
 FIXTURE = ROOT / "tests" / "fixtures" / "fairseq-multi30k-tiny"
 RUNS = 3
+T = TypeVar("T")
 
 
 def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def median_seconds(call, runs: int = RUNS) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    times, out = [], None
+def median_seconds(call: Callable[[], T], runs: int = RUNS) -> tuple[float, T]:
+    """The median wall time of `runs` calls, and the last call's result."""
+    times = []
     for _ in range(runs):
         start = time.perf_counter()
         out = call()
@@ -78,11 +82,10 @@ def multi30k(translator: Translator, data: Path) -> dict:
     references = lines(data / "test_2016_flickr.de")
     translator.translate(sources[:50], split_sentences=False)  # warm-up
     plain_s, plain = median_seconds(lambda: translator.translate(sources, split_sentences=False, beam=4))
-    constraints = [pick_constraints(r, h, 2) for r, h in zip(references, plain, strict=True)]  # type: ignore[arg-type]
+    constraints = [pick_constraints(r, h, 2) for r, h in zip(references, plain, strict=True)]
     constrained_s, constrained = median_seconds(
         lambda: translator.translate(sources, constraints=constraints, beam=4)
     )
-    assert isinstance(plain, list) and isinstance(constrained, list)
     having = [i for i, c in enumerate(constraints) if c]
     return {
         "lines": len(sources),
@@ -103,12 +106,13 @@ def multi30k(translator: Translator, data: Path) -> dict:
 
 
 def large_glossary(data: Path, entries: int = 100_000) -> Glossary:
-    """The most frequent unigrams and bigrams of train.en, each mapped to a German word of train.de."""
+    """The most frequent uni-, bi- and trigrams of train.en, each mapped to a German word of train.de."""
     counts: collections.Counter[str] = collections.Counter()
     for line in lines(data / "train.en"):
         tokens = words(line)
         counts.update(tokens)
         counts.update(" ".join(pair) for pair in zip(tokens, tokens[1:], strict=False))
+        counts.update(" ".join(three) for three in zip(tokens, tokens[1:], tokens[2:], strict=False))
     german = sorted({w for line in lines(data / "train.de") for w in words(line)})
     terms = [term for term, _ in counts.most_common(entries)]
     return Glossary.of({term: german[i % len(german)] for i, term in enumerate(terms)})
@@ -120,7 +124,6 @@ def glossary_cost(data: Path, decoding_s: float) -> dict:
     built_s = time.perf_counter() - start
     sources = lines(data / "test_2016_flickr.en")
     match_s, matched = median_seconds(lambda: [glossary.targets(line) for line in sources])
-    assert isinstance(matched, list)
     return {
         "entries": len(glossary),
         "build_s": round(built_s, 2),
@@ -143,18 +146,16 @@ def against_fairseq(fairseq: Path | None) -> dict:
         )
         command = [*nmt, "-q", "translate", "-m", str(imported), "-i", str(FIXTURE / "constraints.en"),
                    "--constraints", "--beam", "4", "--threads", "1", "--device", "cpu"]  # fmt: skip
-        nmt_s, ours = median_seconds(
+        nmt_s, run = median_seconds(
             lambda: subprocess.run(command, check=True, capture_output=True, text=True)
         )
-        result = {
+        ours = run.stdout.splitlines()
+        result: dict[str, Any] = {
             "lines": len(fields),
             "constraints": sum(map(len, constraints)),
-            "nmt": {
-                **satisfaction(ours.stdout.splitlines(), constraints),
-                "bleu": bleu(ours.stdout.splitlines(), references),
-            },  # type: ignore[attr-defined]
+            "nmt": {**satisfaction(ours, constraints), "bleu": bleu(ours, references)},
             "fairseq": {**satisfaction(theirs, constraints), "bleu": bleu(theirs, references)},
-            "identical_lines": sum(a == b for a, b in zip(ours.stdout.splitlines(), theirs, strict=True)),  # type: ignore[attr-defined]
+            "identical_lines": sum(a == b for a, b in zip(ours, theirs, strict=True)),
             "nmt_process_s": round(nmt_s, 2),
         }
         if fairseq is not None:
@@ -164,22 +165,19 @@ def against_fairseq(fairseq: Path | None) -> dict:
 
 
 def fairseq_seconds(fairseq: Path, tmp: Path) -> float:
-    """fairseq-interactive --constraints unordered at beam 4 on the fixture, as make_constrained.sh runs it."""
+    """fairseq-interactive --constraints unordered, beam 4, on the fixture (as make_constrained.sh)."""
     data = tmp / "bin"
     data.mkdir()
     for name in ("dict.en.txt", "dict.de.txt"):
         (data / name).write_bytes((FIXTURE / name).read_bytes())
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(fairseq),
-        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [sys.executable, "-m", "fairseq_cli.interactive", str(data), "--cpu", "--path", str(FIXTURE / "checkpoint.pt"),
-               "--source-lang", "en", "--target-lang", "de", "--beam", "4", "--lenpen", "1.0", "--nbest", "1",
-               "--buffer-size", "200", "--max-tokens", "4096", "--bpe", "sentencepiece",
-               "--sentencepiece-model", str(FIXTURE / "spm.model"), "--input", str(FIXTURE / "constraints.en"),
-               "--constraints", "unordered"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(fairseq), "OMP_NUM_THREADS": "1"}
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # fairseq 0.12 loads its checkpoints whole
+    command = [sys.executable, "-m", "fairseq_cli.interactive", str(data), "--cpu",
+               "--path", str(FIXTURE / "checkpoint.pt"), "--source-lang", "en", "--target-lang", "de",
+               "--beam", "4", "--lenpen", "1.0", "--nbest", "1", "--buffer-size", "200",
+               "--max-tokens", "4096",
+               "--bpe", "sentencepiece", "--sentencepiece-model", str(FIXTURE / "spm.model"),
+               "--input", str(FIXTURE / "constraints.en"), "--constraints", "unordered"]  # fmt: skip
     seconds, _ = median_seconds(lambda: subprocess.run(command, check=True, capture_output=True, env=env))
     return seconds
 

@@ -24,6 +24,8 @@ from nmt_cli.errors import InputError
 from nmt_cli.special_ids import EOS_ID, UNK_ID
 
 Encode = Callable[[str], list[int]]
+ENDS_A_WORD = ("Po", "Pe", "Pf", "Ps", "Pi", "Pc")
+"""The Unicode punctuation categories that may follow a phrase: all but dashes (Pd)."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +141,9 @@ def _checked(
 
 def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:
     """(size,) True at the target ids that may follow a phrase's last piece: pieces that start a
-    word ("▁..."), pieces of punctuation only, the special ids (EOS among them), and any id past
-    the sentencepiece model's own. None with Moses and BPE, where a phrase ends with a word."""
+    word ("▁..."), pieces of punctuation other than dashes only, the special ids (EOS among them),
+    and any id past the sentencepiece model's own. None with Moses and BPE, where a phrase ends
+    with a word."""
     return _word_ends(tgt, size) if isinstance(tgt, SentencePieceProcessor) else None
 
 
@@ -149,7 +152,8 @@ def _word_ends(spm: SentencePieceProcessor, size: int) -> torch.Tensor:
     allowed = torch.ones(size, dtype=torch.bool)
     for i in range(min(size, spm.get_piece_size())):
         piece = spm.id_to_piece(i)
-        punctuation = bool(piece) and all(unicodedata.category(ch).startswith("P") for ch in piece)
+        # Punctuation ends a word, but a dash joins it to the next ("Leder-Hut" is another word).
+        punctuation = bool(piece) and all(unicodedata.category(ch) in ENDS_A_WORD for ch in piece)
         special = spm.is_control(i) or spm.is_unknown(i) or i <= EOS_ID
         allowed[i] = piece.startswith("\u2581") or punctuation or special
     return allowed
