@@ -68,6 +68,13 @@ def test_a_glossary_enforces_its_target_where_the_source_term_occurs(
     assert "yellow" in out[2].split()
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_every_cpu_precision_meets_them(trained: TrainedRun, precision: str) -> None:
+    translator = Translator.load(trained.checkpoint, device="cpu", precision=precision, threads=1)
+    out = translator.translate(["apple river", "green music"], constraints=[["silver"], ["winter", "tiger"]])
+    assert "silver" in out[0].split() and {"winter", "tiger"} <= set(out[1].split())
+
+
 def test_the_api_takes_constraints_and_a_glossary(trained: TrainedRun) -> None:
     translator = Translator.load(trained.checkpoint, device="cpu", threads=1)
     out = translator.translate(["apple river", "stone cloud"], constraints=[["silver"], []])
