@@ -23,7 +23,7 @@ from nmt_cli.config import ACTIVATIONS, DecodeConfig, ModelConfig
 from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
-from nmt_cli.importing.layers import norm, stacks
+from nmt_cli.importing.layers import norm, sizes, stacks
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 SPECIALS = {"<s>": "<s>", "<pad>": "<pad>", "</s>": "</s>", "<unk>": "<unk>"}
@@ -241,14 +241,9 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
     # nmt holds one max_positions: learned tables are cut to the shorter (each has at least that
     # many rows); sinusoidal ones are computed for the longer.
     positions = min(sides) if learned else max(sides)
+    layers = (int(arg("encoder_layers", 6)), int(arg("decoder_layers", 6)))
     return ModelConfig(
-        encoder_layers=int(arg("encoder_layers", 6)),
-        decoder_layers=int(arg("decoder_layers", 6)),
-        d_model=d,
-        d_ff=int(arg("encoder_ffn_embed_dim", 2048)),
-        heads=heads,
-        d_k=d // heads,
-        d_v=d // heads,
+        **sizes(*layers, d, int(arg("encoder_ffn_embed_dim", 2048)), heads),
         dropout=float(arg("dropout", 0.1)),
         attention_dropout=float(arg("attention_dropout", 0.0)),
         activation_dropout=float(arg("activation_dropout", 0.0) or arg("relu_dropout", 0.0) or 0.0),

@@ -1,9 +1,11 @@
-"""The encoder and decoder layers under the names fairseq and Hugging Face's Marian share
-(`self_attn.q_proj`, `encoder_attn`, `fc1`, `final_layer_norm`...), as nmt's state dict."""
+"""What fairseq's and Hugging Face's Marian Transformers share, in nmt's terms: how their sizes
+become ModelConfig's, and their encoder and decoder layers under the names both use
+(`self_attn.q_proj`, `encoder_attn`, `fc1`, `final_layer_norm`...) as nmt's state dict."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 import torch
 
@@ -11,6 +13,26 @@ from nmt_cli.config import ModelConfig
 
 Getter = Callable[[str], torch.Tensor]
 """A tensor of the imported checkpoint by name; raises InputError when it is missing."""
+
+
+class Sizes(TypedDict):
+    encoder_layers: int
+    decoder_layers: int
+    d_model: int
+    d_ff: int
+    heads: int
+    d_k: int
+    d_v: int
+
+
+def sizes(encoder_layers: int, decoder_layers: int, d_model: int, d_ff: int, heads: int) -> Sizes:
+    """ModelConfig's sizes of an imported Transformer: fairseq and Marian split d_model evenly
+    among the heads for queries, keys and values alike."""
+    each = d_model // heads
+    return Sizes(
+        encoder_layers=encoder_layers, decoder_layers=decoder_layers, d_model=d_model, d_ff=d_ff,
+        heads=heads, d_k=each, d_v=each,
+    )  # fmt: skip
 
 
 def stacks(get: Getter, cfg: ModelConfig, encoder: str, decoder: str) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.tokenizer import LANGUAGE_CODES, LanguageCodes
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
-from nmt_cli.importing.layers import stacks
+from nmt_cli.importing.layers import sizes, stacks
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
@@ -170,14 +170,9 @@ def _config(
         problems.append("decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>")
     if problems or activation is None:
         raise InputError(f"{where}: " + "; ".join(problems))
+    layers = (int(get("encoder_layers", 12)), int(get("decoder_layers", 12)))
     return ModelConfig(
-        encoder_layers=int(get("encoder_layers", 12)),
-        decoder_layers=int(get("decoder_layers", 12)),
-        d_model=d,
-        d_ff=int(get("encoder_ffn_dim", 4096)),
-        heads=heads,
-        d_k=d // heads,
-        d_v=d // heads,
+        **sizes(*layers, d, int(get("encoder_ffn_dim", 4096)), heads),
         dropout=float(get("dropout", 0.1)),
         attention_dropout=float(get("attention_dropout", 0.0)),
         activation_dropout=float(get("activation_dropout", 0.0)),
