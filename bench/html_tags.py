@@ -8,8 +8,10 @@ tag changes the translation, what sentence splitting does to paragraphs, and wha
 - A tag does not cut a sentence: the tagged line's output with its tags stripped equals the
   plain line's translation.
 - Paragraphs: the test set joined 4 sentences a line, translated whole and sentence by sentence,
-  BLEU against the references joined the same way, beside the BLEU of the sentences one a line.
-- Cost: seconds of plain against tagged translation, and of sentences one a line against the
+  BLEU against the references joined the same way, beside the BLEU of the sentences one a line;
+  and the same over the paragraphs whose sentences all end in a full stop, ! or ?.
+- Cost: seconds of plain against tagged translation (through the Python API, and through
+  `nmt serve` as one client sending 32 texts a request), and of sentences one a line against the
   same sentences as paragraphs split again, each after a warm-up.
 - How many lines of the test set (one sentence a line) splitting changes.
 
@@ -21,16 +23,20 @@ from __future__ import annotations
 import argparse
 import html
 import re
+import signal
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import lxml.html
 import sacrebleu
 from common import DEFAULT_DATA, THREADS, emit
+from serve_load import start_server
 
 from nmt_cli import Translator
-from nmt_cli.decoding import alignment
+from nmt_cli.decoding import ensemble
 from nmt_cli.device import configure_cpu
 
 LEXICON = {  # English word -> German stems its translation starts with
@@ -113,12 +119,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     tagged = tagged_lines(sources)
     layers = translator.ensemble.models[0].cfg.decoder_layers
-    default = alignment.default_layer
+    default = ensemble.default_layer  # the search aligns with the layer this names
     by_layer = {}
     for layer in range(layers):
-        alignment.default_layer = lambda model, layer=layer: layer  # type: ignore[assignment]
+        ensemble.default_layer = lambda model, layer=layer: layer  # type: ignore[assignment]
         by_layer[f"layer{layer + 1}"] = placement(translator, tagged, plain)
-    alignment.default_layer = default
+    ensemble.default_layer = default
     result["tags"] = {"default_layer": default(translator.ensemble.models[0]) + 1, **by_layer}
     same_lines = [sources[number] for number, _, _ in tagged]
     result["tagged_cost"] = {
@@ -145,8 +151,55 @@ def main(argv: list[str] | None = None) -> dict:
         "split_s": round(split_s, 2),
         "sentences_one_a_line_s": result["plain_s"],
     }
+    # The same for the paragraphs whose four sentences each end in . ! or ?, which a segmenter can
+    # find: what splitting loses where the text marks its sentences.
+    marked = [i for i in range(0, n, 4) if all(x.rstrip()[-1:] in ".!?" for x in sources[i : i + 4])]
+    result["paragraphs_marked"] = {
+        "lines": len(marked),
+        "sentence_by_sentence_joined_bleu": round(
+            sacrebleu.corpus_bleu(
+                [joined_plain[i // 4] for i in marked], [[joined_refs[i // 4] for i in marked]]
+            ).score,
+            2,
+        ),
+        "split_bleu": round(
+            sacrebleu.corpus_bleu(
+                [split[i // 4] for i in marked], [[joined_refs[i // 4] for i in marked]]
+            ).score,
+            2,
+        ),
+    }
+    result["serve_cost"] = serve_cost(args.model, same_lines, [f for _, f, _ in tagged])
     emit(result)
     return result
+
+
+def serve_cost(model: Path, plain: list[str], fragments: list[str], chunk: int = 32) -> dict:
+    """Seconds of one client sending the same sentences to `nmt serve` (LibreTranslate's route, 32
+    texts a request) as plain text and as the tagged HTML; medians of 3, the two alternating."""
+    server, url = start_server(model, argparse.Namespace(precision="fp32", workers=None, max_wait_ms=None))
+
+    def send(texts: list[str], form: str) -> float:
+        start = time.perf_counter()
+        with httpx.Client(timeout=300) as client:
+            for i in range(0, len(texts), chunk):
+                body = {"q": texts[i : i + chunk], "source": "en", "target": "de", "format": form}
+                client.post(f"{url}/translate", json=body).raise_for_status()
+        return time.perf_counter() - start
+
+    try:
+        send(plain[:64], "text")  # warm-up
+        runs = [(send(plain, "text"), send(fragments, "html")) for _ in range(3)]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(120)
+    text_s, html_s = (statistics.median(r[i] for r in runs) for i in (0, 1))
+    return {
+        "lines": len(plain),
+        "text_s": round(text_s, 2),
+        "html_s": round(html_s, 2),
+        "ratio": round(html_s / text_s, 3),
+    }
 
 
 if __name__ == "__main__":

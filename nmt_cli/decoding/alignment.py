@@ -1,11 +1,13 @@
 """Word alignments of translations, read from the model's own encoder-decoder attention.
 
-After the search, one teacher-forced pass over (source, best hypothesis) gives the cross-attention
-of one decoder layer, averaged over heads (Transformer.cross_attention). Each target piece is
-linked to the source piece it attends to most while it is being predicted, and the links of
-pieces become links of words: a sentencepiece piece that starts with "▁" starts a word, so words
-are what whitespace separates in the text. The result is a set of (source word, target word)
-pairs, as Pharaoh's "i-j" format writes them (fairseq's --print-alignment, Marian's --alignment).
+While the search decodes, the decoder layer that aligns records its cross-attention, averaged
+over heads (`DecoderState.watch`), and each chosen piece keeps the source piece it attended to
+most while being predicted (`ensemble.Batch.stored`): no second pass over the translations.
+`attended_pieces` computes the same links by a teacher-forced pass, the definition the search is
+tested against. The links of pieces become links of words: a sentencepiece piece that starts with
+"▁" starts a word, so words are what whitespace separates in the text. The result is a set of
+(source word, target word) pairs, as Pharaoh's "i-j" format writes them (fairseq's
+--print-alignment, Marian's --alignment).
 
 Which layer: the one below the top by default. Attention there follows the source word being
 translated more closely than at the top layer, whose attention also serves to predict the next
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.batching import collate
 from nmt_cli.model import Transformer
@@ -74,20 +75,3 @@ def word_alignment(links: np.ndarray, src_pieces: list[str], tgt_pieces: list[st
 def pharaoh(alignment: Alignment) -> str:
     """ "0-0 1-2 2-1": source-target pairs, as fairseq and Marian print them."""
     return " ".join(f"{i}-{j}" for i, j in alignment)
-
-
-def best_alignments(
-    model: Transformer,
-    src_spm: SentencePieceProcessor,
-    tgt_spm: SentencePieceProcessor,
-    sources: list[np.ndarray],
-    targets: list[list[int]],
-) -> list[Alignment]:
-    """The word alignment of each (source, translation) pair of piece ids, by `model`'s attention."""
-    links = attended_pieces(model, sources, targets, default_layer(model))
-    return [
-        word_alignment(
-            link, [src_spm.id_to_piece(int(i)) for i in s], [tgt_spm.id_to_piece(int(j)) for j in t]
-        )
-        for link, s, t in zip(links, sources, targets, strict=True)
-    ]

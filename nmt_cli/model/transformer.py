@@ -291,8 +291,8 @@ class Transformer(nn.Module):
         teacher-forced pass: src (B, S), tgt_in (B, T) -> probabilities (B, h, T, S).
 
         Row t is the attention while predicting the token after tgt_in[:, t]; it sums to 1 over
-        the real source positions (padding gets 0). A separate pass over the model, so that
-        translation itself never computes attention probabilities.
+        the real source positions (padding gets 0). Decoding computes them only for a watched
+        layer (`DecoderState.watch`).
         """
         index = range(len(self.decoder))[layer]  # IndexError for a layer the model does not have
         memory, src_mask = self.encode(src)
