@@ -4,7 +4,8 @@ Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the 
 host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
 process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
 the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention;
-fairseq beside nmt, training and decoding the same data in the same run (bench/side_by_side.py;
+constrained decoding with word alignment read during the search, against the CPU's; fairseq
+beside nmt, training and decoding the same data in the same run (bench/side_by_side.py;
 skipped where fairseq is not importable). Each step is {"name", "ok", figures..., "error" when
 it failed}; a failing step does not stop the others, and the exit status is 1 when any failed.
 
@@ -43,6 +44,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batching import collate
+from nmt_cli.decoding.alignment import attended_pieces, default_layer
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import translate_sentences
 from nmt_cli.device import configure_cuda
@@ -523,6 +525,53 @@ def decode_attention() -> Figures:
     }
 
 
+def constraints_and_alignment() -> Figures:
+    """Beam-4 decoding with two phrases a sentence and word alignment read during the search, on
+    the device: every phrase met, the links those of a teacher-forced pass, the output the CPU's
+    for the same model (fp32), and the seconds against the same decoding unconstrained."""
+    cfg = TINY
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # sharp distributions, so that the phrases go against the model
+        model.tgt_embed.tokens.weight.mul_(8.0)
+    rng = np.random.default_rng(5)
+    n = 256 if CUDA else 16
+    src = [rng.integers(4, cfg.src_vocab_size, int(k)) for k in rng.integers(5, 30, n)]
+    phrases = [[rng.integers(4, cfg.tgt_vocab_size, int(k)).tolist() for k in (1, 2)] for _ in range(n)]
+    decode = DecodeConfig(beam=4, max_len_a=1.0, max_len_b=10)
+    found: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+    for device in [torch.device("cpu"), DEVICE] if CUDA else [DEVICE]:
+        ensemble = Ensemble([model.to(device)])
+        for name, given in (("plain", None), ("constrained", phrases)):
+            translate_sentences(ensemble, src[:4], decode, 8192, device, constraints=given and given[:4])
+            sync()
+            start = time.perf_counter()
+            found[f"{device.type}_{name}"] = translate_sentences(
+                ensemble, src, decode, 8192, device, constraints=given, align=True
+            )
+            sync()
+            seconds[f"{device.type}_{name}_s"] = round(time.perf_counter() - start, 3)
+    hyps = [h[0] for h in found[f"{DEVICE.type}_constrained"]]
+    met = all(
+        any(h.tokens[i : i + len(p)] == p for i in range(len(h.tokens)))
+        for h, sentence in zip(hyps, phrases, strict=True)
+        for p in sentence
+    )
+    reference = [h[0] for h in found["cpu_constrained"]]
+    same = sum(a.tokens == b.tokens for a, b in zip(hyps, reference, strict=True)) / n
+    forced = attended_pieces(model.to(DEVICE), src[:16], [h.tokens for h in hyps[:16]], default_layer(model))
+    links = all(h.links == f.tolist() for h, f in zip(hyps[:16], forced, strict=True))
+    ratio = seconds[f"{DEVICE.type}_plain_s"] / seconds[f"{DEVICE.type}_constrained_s"]
+    return {
+        "sentences": n,
+        **seconds,
+        "speed_ratio": round(ratio, 3),
+        "same_as_cpu": round(same, 3),
+        **checks(phrases_met=met, links_teacher_forced=links, like_cpu=same >= 0.95),
+    }
+
+
 # --- driver ---------------------------------------------------------------------------------------
 
 
@@ -590,6 +639,7 @@ def main(argv: list[str]) -> int:
             "sdpa": sdpa,
             "throughput": throughput,
             "decode_attention": decode_attention,
+            "constraints_and_alignment": constraints_and_alignment,
             "side_by_side": lambda: side_by_side(args.data, root / "side_by_side", args.seconds),
         }
         names = [name for name in args.only.split(",") if name] or list(steps)
