@@ -138,13 +138,11 @@ def test_options_that_do_not_go_together_are_refused(
 def test_a_glossary_line_without_a_tab_is_refused_naming_it(
     trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    terms = tmp_path / "terms.tsv"
-    terms.write_text("river\tsilver\ngreen music yellow\n", encoding="utf-8")
-    src = tmp_path / "in.txt"
-    src.write_text("apple\n", encoding="utf-8")
-    assert f"{terms}:2: expected" in refused(
-        capsys, "translate", "-m", trained.checkpoint, "-i", src, "--glossary", terms
-    )
+    terms, src = tmp_path / "terms.tsv", tmp_path / "in.txt"
+    for path, text in ((terms, "river\tsilver\ngreen music yellow\n"), (src, "apple\n")):
+        path.write_text(text, encoding="utf-8")
+    message = refused(capsys, "translate", "-m", trained.checkpoint, "-i", src, "--glossary", terms)
+    assert f"{terms}:2: expected" in message
 
 
 @pytest.fixture(scope="module")
