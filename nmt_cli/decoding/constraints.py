@@ -82,33 +82,33 @@ class Constraints:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where each of B hypotheses stands: `met` (B, C), the phrase it is in (`current`, -1 for
-    none), how many of its pieces it has produced (`at`), and whether its last piece ended a
-    phrase (`ended`)."""
+    """Where each of B hypotheses stands: `met` (B, C); `at` (B, C), how many pieces of each
+    phrase its last pieces match (every phrase is followed at once, so that phrases that begin
+    alike do not block one another); and whether its last piece ended a phrase (`ended`)."""
 
     met: Tensor
-    current: Tensor
     at: Tensor
     ended: Tensor
 
     @classmethod
     def start(cls, rows: int, c: int, device: torch.device) -> Progress:
-        none = torch.full((rows,), -1, dtype=torch.long, device=device)
         met = torch.zeros((rows, c), dtype=torch.bool, device=device)
-        return cls(met, none, torch.zeros_like(none), torch.zeros(rows, dtype=torch.bool, device=device))
+        at = torch.zeros((rows, c), dtype=torch.long, device=device)
+        return cls(met, at, torch.zeros(rows, dtype=torch.bool, device=device))
 
     def select(self, rows: Tensor) -> Progress:
-        return Progress(self.met[rows], self.current[rows], self.at[rows], self.ended[rows])
+        return Progress(self.met[rows], self.at[rows], self.ended[rows])
 
     def pieces_met(self, lengths: Tensor) -> Tensor:
-        """(B,) constraint pieces produced so far, phrases met and the one in progress: the bank."""
-        return (self.met * lengths).sum(dim=1) + self.at
+        """(B,) constraint pieces produced so far, of the phrases met and of the one furthest
+        along: the bank."""
+        return (self.met * lengths).sum(dim=1) + self.at.amax(dim=1)
 
     def all_met(self, lengths: Tensor) -> Tensor:
         return (self.met | (lengths == 0)).all(dim=1)
 
-    def startable(self, lengths: Tensor, ordered: bool) -> Tensor:
-        """(B, C): the phrases each hypothesis may start now."""
+    def open(self, lengths: Tensor, ordered: bool) -> Tensor:
+        """(B, C): the phrases each hypothesis may work on now."""
         open_ = ~self.met & (lengths > 0)
         if ordered:  # only the first unmet phrase
             first = open_.long().argmax(dim=1, keepdim=True)
@@ -116,38 +116,21 @@ class Progress:
         return open_
 
     def next_pieces(self, ids: Tensor, lengths: Tensor, ordered: bool) -> Tensor:
-        """(B, C): the pieces that would advance each hypothesis, PAD where none: the next piece of
-        the phrase it is in, else the first piece of each phrase it may start."""
-        c = torch.arange(ids.shape[1], device=ids.device)
-        inside = self.current >= 0
-        at = self.at.clamp(max=ids.shape[2] - 1)
-        following = ids.gather(2, at.view(-1, 1, 1).expand(-1, ids.shape[1], 1))[..., 0]
-        continuing = torch.where(c == self.current.unsqueeze(1), following, PAD_ID)
-        starting = torch.where(self.startable(lengths, ordered), ids[:, :, 0], PAD_ID)
-        return torch.where(inside.unsqueeze(1), continuing, starting)
+        """(B, C): the piece that would advance each open phrase, PAD for the others."""
+        following = ids.gather(2, self.at.clamp(max=ids.shape[2] - 1).unsqueeze(-1))[..., 0]
+        return torch.where(self.open(lengths, ordered), following, PAD_ID)
 
     def advanced(self, tokens: Tensor, ids: Tensor, lengths: Tensor, ordered: bool) -> Progress:
         """The progress after each hypothesis produces `tokens` (B,); `ids` (B, C, L) and `lengths`
-        (B, C) are its sentence's phrases."""
-        c_range = torch.arange(ids.shape[1], device=ids.device)
-        phrase = self.current.clamp(min=0)
-        rows = torch.arange(len(tokens), device=ids.device)
-        expected = ids[rows, phrase, self.at.clamp(max=ids.shape[2] - 1)]
-        going_on = (self.current >= 0) & (tokens == expected)
-        at = torch.where(going_on, self.at + 1, 0)
-        finished = going_on & (at == lengths.gather(1, phrase.unsqueeze(1))[:, 0])
-        met = self.met | ((c_range == phrase.unsqueeze(1)) & finished.unsqueeze(1))
-        current = torch.where(going_on & ~finished, self.current, -1)
-        at = torch.where(finished, 0, at)
-        # A piece that does not continue a phrase may start one (the first it can, in order).
-        after = Progress(met, current, at, finished)
-        starts = after.startable(lengths, ordered) & (ids[:, :, 0] == tokens.unsqueeze(1))
-        starts &= ~going_on.unsqueeze(1)
-        starting, first = starts.any(dim=1), starts.long().argmax(dim=1)
-        whole = starting & (lengths.gather(1, first.unsqueeze(1))[:, 0] == 1)
-        met = met | ((c_range == first.unsqueeze(1)) & whole.unsqueeze(1))
-        begun = starting & ~whole
-        return Progress(met, torch.where(begun, first, current), torch.where(begun, 1, at), finished | whole)
+        (B, C) are its sentence's phrases. A piece that breaks a phrase off starts it over, from
+        that piece where the phrase begins with it."""
+        open_ = self.open(lengths, ordered)
+        piece = tokens.unsqueeze(1)
+        going_on = open_ & (piece == self.next_pieces(ids, lengths, ordered))
+        starting = open_ & ~going_on & (piece == ids[:, :, 0])
+        at = torch.where(going_on, self.at + 1, starting.long())
+        finished = open_ & (at == lengths)
+        return Progress(self.met | finished, torch.where(finished, 0, at), finished.any(dim=1))
 
 
 @dataclass(frozen=True)
@@ -180,7 +163,7 @@ def candidates(
     """The candidates of a constrained step, in bank order. `cand` (A, R * V): each continuation's
     score; `log_probs` (A * R, V), the same scores row by row; `progress` (A * R rows) and `cons`
     (A sentences) the hypotheses' progress and their sentences' phrases."""
-    a, r = cand.shape[0], progress.current.shape[0] // cand.shape[0]
+    a, r = cand.shape[0], progress.ended.shape[0] // cand.shape[0]
     device = cand.device
     top_idx = cand.topk(min(2 * k, cand.shape[1]), dim=1).indices
     best_tok = log_probs.argmax(dim=1).view(a, r)

@@ -263,17 +263,15 @@ def _finish(
     """The step's ending candidates into `fin`: first come with early stopping; otherwise the K best,
     where at the length limit (`at_end`, (A,)) every candidate of the first K ends, whatever its
     last piece. `stored`: the candidates' tokens as the history keeps them."""
-    if search is not None:  # an EOS with a phrase unmet comes only at the length limit
-        c = dataclasses.replace(c, ending=c.ending & search.may_end_at_limit(fin.scores[active], c.ending))
-    if early_stopping:
-        fin.take_free_slots(c, history, active, history.shape[2], penalty)
-        return
     k = fin.scores.shape[1]
     first = c.scores.isfinite() & (torch.arange(c.scores.shape[1], device=c.scores.device) < k)
-    at_limit = at_end.unsqueeze(1) & first
-    if search is not None:
-        at_limit &= search.may_end_at_limit(fin.scores[active], at_limit)
-    normalised = (c.scores.double() / penalty).masked_fill(~(c.ending | at_limit), float("-inf"))
+    ends = c.ending if early_stopping else c.ending | (at_end.unsqueeze(1) & first)
+    if search is not None:  # a hypothesis with a phrase unmet ends only at the length limit
+        ends = ends & search.may_end_at_limit(fin.scores[active], ends)
+    if early_stopping:
+        fin.take_free_slots(dataclasses.replace(c, ending=ends), history, active, history.shape[2], penalty)
+        return
+    normalised = (c.scores.double() / penalty).masked_fill(~ends, float("-inf"))
     fin.keep_best(normalised, _extended(history, c.beams, stored), active)
 
 
@@ -300,10 +298,26 @@ def translate_batch(
     `constraints`, always); over the batch's shortlist vocabulary when a shortlist is given, with
     the constraints' pieces added. `scores=False`: the caller reads no score, which greedy search
     may then leave out (NaN); `align`: hypotheses with their links."""
+    greedy = sampling is not None or (cfg.beam == 1 and nbest == 1)
+    free = constraints.lengths.sum(dim=1) == 0 if constraints is not None else None
+    if greedy and free is not None and constraints is not None and bool(free.any()):
+        # Beam 1 keeps greedy search for the sentences without phrases: a sentence's translation
+        # must not depend on whether its batch holds phrases.
+        parts = [free.nonzero()[:, 0], (~free).nonzero()[:, 0]]
+        found = [
+            translate_batch(ensemble, src[rows], cfg, nbest, sampling, shortlist, scores, given, align)
+            for rows, given in zip(parts, (None, constraints.select(parts[1])), strict=True)
+            if rows.numel()
+        ]
+        merged: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
+        for rows, hyps in zip([p for p in parts if p.numel()], found, strict=True):
+            for i, h in zip(rows.tolist(), hyps, strict=True):
+                merged[i] = h
+        return merged
     vocab = shortlist.vocabulary(src) if shortlist is not None else None
     if constraints is not None and vocab is not None:
         vocab = constraints.with_pieces(vocab)
-    if constraints is None and (sampling is not None or (cfg.beam == 1 and nbest == 1)):
+    if constraints is None and greedy:
         return greedy_search(ensemble, src, cfg, sampling, vocab, scores, align)
     return beam_search(ensemble, src, cfg, nbest, vocab, constraints, align)
 

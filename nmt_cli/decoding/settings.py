@@ -153,11 +153,14 @@ class DecodeOptions(TypedDict, total=False):
 
 
 def with_terms(settings: DecodeSettings, glossary: object, ordered: object) -> DecodeSettings:
-    """`settings` with a glossary (a `Glossary`, or a mapping of source terms to target terms; None
-    for none) and whether a line's phrases keep their order."""
+    """`settings` with a glossary (a `Glossary`, a mapping of source terms to target terms, or a
+    list of (source term, target term) pairs; None for none) and whether a line's phrases keep
+    their order."""
     check_setting("ordered_constraints", ordered)
     if glossary is not None and not isinstance(glossary, Glossary):
-        if not isinstance(glossary, Mapping):
-            raise SettingError("glossary", type(glossary).__name__, "must map source terms to target terms")
-        glossary = Glossary.of(glossary)
+        if not isinstance(glossary, Mapping | list | tuple):
+            raise SettingError(
+                "glossary", type(glossary).__name__, "must map source terms to target terms, or list pairs"
+            )
+        glossary = Glossary.of(glossary, where="glossary")
     return dataclasses.replace(settings, glossary=glossary, ordered_constraints=bool(ordered))

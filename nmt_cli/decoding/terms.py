@@ -89,9 +89,10 @@ def constrained_lines(
     out: list[str | Constrained] = []
     for i, line in enumerate(lines):
         text = text_of(line)
-        if given is not None and isinstance(given[i], str):
+        if given is not None and not isinstance(given[i], list | tuple):
+            hint = f"; write [{given[i]!r}]" if isinstance(given[i], str) else ""
             raise InputError(
-                f"constraints[{i}]: a list of phrases for the line, not one string; write [{given[i]!r}]"
+                f"constraints[{i}]: a list of phrases for the line, not {type(given[i]).__name__}{hint}"
             )
         wanted = list(given[i]) if given is not None else []
         for phrase in wanted:

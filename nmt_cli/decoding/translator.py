@@ -265,6 +265,7 @@ class Translator:
         units: list[str | Constrained] = list(lines)
         if constraints is not None or settings.glossary is not None:
             units = self.constrained(lines, settings, constraints)
+            settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
         if self._pool is None:
             with self._lock:
                 return self._translate(units, settings)
@@ -337,7 +338,8 @@ class Translator:
         pieces = self.src_spm.encode(line.strip()) if line.strip() else []
         if len(pieces) > self.max_source:
             pieces = pieces[: self.max_source]
-            self.truncated += count
+            if count:
+                self.truncated += 1
         return np.asarray(pieces, dtype=np.int64)
 
     def constrained(

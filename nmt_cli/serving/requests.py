@@ -174,6 +174,11 @@ def with_glossary(
 ) -> DecodeSettings:
     """`settings` with the request's "glossary" (and `ordered` field); BadRequest for a bad one."""
     entries = data.get("glossary")
+    if entries is not None and not isinstance(entries, dict | list):
+        raise BadRequest(
+            422,
+            "glossary: an object of source term to target term, or a list of [source, target] pairs",
+        )
     if isinstance(entries, list):  # JSON has no tuples: [source, target] pairs
         entries = [tuple(e) if isinstance(e, list) else e for e in entries]
     try:

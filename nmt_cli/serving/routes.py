@@ -148,7 +148,10 @@ async def translate_libretranslate(
         settings = with_glossary(fields, settings)
     except BadRequest as err:
         raise BadRequest(400, f"Invalid request: {err.message}") from None
-    results = await translate_texts(request, pair, lines, settings, TextOptions(html=asked.html), parsed)
+    try:
+        results = await translate_texts(request, pair, lines, settings, TextOptions(html=asked.html), parsed)
+    except BadRequest as err:  # a glossary term that cannot be met: LibreTranslate's 400
+        raise BadRequest(400, f"Invalid request: {err.message}") from None
     return JSONResponse(libretranslate.answer(asked, [r.hyps for r in results], detected))
 
 

@@ -86,7 +86,11 @@ def test_requests_with_different_glossaries_get_their_own_terms(server: Server) 
             {"text": ["apple"], "glossary": [["apple"]]},
             "glossary entry 1: expected (source term, target term)",
         ),
-        ({"text": ["apple"], "glossary": "apple=silver"}, "glossary entry 1"),
+        (
+            {"text": ["apple"], "glossary": "apple=silver"},
+            "glossary: an object of source term to target term",
+        ),
+        ({"text": ["apple"], "glossary": 5}, "glossary: an object of source term to target term"),
         ({"text": ["apple"], "ordered_constraints": "yes"}, "ordered_constraints: must be true or false"),
     ],
 )
@@ -98,7 +102,17 @@ def test_a_phrase_or_glossary_that_cannot_be_used_is_a_422_naming_it(
     assert says in response.json()["error"]
 
 
-def test_libretranslates_shape_refuses_a_bad_glossary_with_its_400(server: Server) -> None:
-    response = server.post({"q": "apple", "source": "en", "target": "de", "glossary": [["apple"]]})
-    assert response.status_code == 400
-    assert response.json()["error"].startswith("Invalid request: glossary entry 1")
+@pytest.mark.parametrize(
+    ("glossary", "says"),
+    [
+        ([["apple"]], "Invalid request: glossary entry 1"),
+        (5, "Invalid request: glossary: an object"),
+        ({"apple": "\u6f22\u5b57"}, "Invalid request: glossary: constraint '\u6f22\u5b57' has characters"),
+    ],
+)
+def test_libretranslates_shape_refuses_a_bad_glossary_with_its_400(
+    server: Server, glossary: object, says: str
+) -> None:
+    response = server.post({"q": "apple", "source": "en", "target": "de", "glossary": glossary})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].startswith(says)

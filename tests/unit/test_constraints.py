@@ -3,6 +3,8 @@ other sentences searched as without constraints."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from conftest import VARIANTS, tiny_model
@@ -120,20 +122,67 @@ def test_progress_follows_a_phrase_and_starts_over_when_it_breaks() -> None:
     lengths = torch.tensor([[3, 1]])
     progress = Progress.start(1, 2, torch.device("cpu"))
     seen = []
-    for token in [5, 6, 4, 5, 9, 6, 7]:
+    for token in [5, 6, 4, 5, 9, 6, 5, 6, 7]:
         progress = progress.advanced(torch.tensor([token]), ids, lengths, ordered=False)
-        seen.append((progress.met[0].tolist(), int(progress.current[0]), int(progress.at[0])))
+        seen.append((progress.met[0].tolist(), progress.at[0].tolist(), bool(progress.ended[0])))
     assert seen == [
-        ([False, False], 0, 1),
-        ([False, False], 0, 2),
-        ([False, False], -1, 0),  # broken off: starts over
-        ([False, False], 0, 1),
-        ([False, True], -1, 0),  # 9 breaks the first phrase and meets the second
-        ([False, True], -1, 0),
-        ([False, True], -1, 0),
+        ([False, False], [1, 0], False),
+        ([False, False], [2, 0], False),
+        ([False, False], [0, 0], False),  # broken off: starts over
+        ([False, False], [1, 0], False),
+        ([False, True], [0, 0], True),  # 9 breaks the first phrase and meets the second
+        ([False, True], [0, 0], False),
+        ([False, True], [1, 0], False),
+        ([False, True], [2, 0], False),
+        ([True, True], [0, 0], True),
     ]
-    assert int(progress.pieces_met(lengths)[0]) == 1
-    assert progress.next_pieces(ids, lengths, ordered=False)[0].tolist() == [5, PAD_ID]
+    assert int(progress.pieces_met(lengths)[0]) == 4
+    assert progress.next_pieces(ids, lengths, ordered=False)[0].tolist() == [PAD_ID, PAD_ID]
+
+
+def test_phrases_that_begin_alike_are_followed_together() -> None:
+    # "die Katze" and "die Maus": "die Maus" is met though "die Katze" comes first in the list.
+    ids = torch.tensor([[[9, 10], [9, 11]]])
+    lengths = torch.tensor([[2, 2]])
+    progress = Progress.start(1, 2, torch.device("cpu"))
+    for token in [9, 11]:
+        progress = progress.advanced(torch.tensor([token]), ids, lengths, ordered=False)
+    assert progress.met[0].tolist() == [False, True]
+
+
+def test_at_the_length_limit_a_hypothesis_that_met_its_phrases_comes_first() -> None:
+    # Limits that leave little room: likelier hypotheses end there with the phrase unmet, and
+    # wherever one that met it is found, it must rank first.
+    ensemble, rng = Ensemble([tiny()]), random.Random(7)
+    checked = 0
+    for _ in range(300):
+        src = torch.tensor([[rng.randint(4, VOCAB - 1) for _ in range(rng.randint(1, 5))] + [EOS_ID]])
+        phrase = [rng.randint(4, VOCAB - 1) for _ in range(rng.randint(1, 2))]
+        beam, room = rng.choice([2, 3, 4]), rng.randint(len(phrase), 4)
+        for early_stopping in (False, True):
+            cfg = DecodeConfig(
+                beam=beam, lenpen=1.0, max_len_a=0.0, max_len_b=room, early_stopping=early_stopping
+            )
+            constraints = Constraints.of([[phrase]], False, torch.device("cpu"))
+            found = beam_search(ensemble, src, cfg, beam, None, constraints)[0]
+            met = [contains(h.tokens, phrase) >= 0 for h in found]
+            if any(met):
+                checked += 1
+                assert met[0], (src.tolist(), phrase, beam, room, early_stopping, found)
+    assert checked > 100
+
+
+def test_beam_one_translates_a_sentence_without_phrases_as_greedy_search_whatever_its_batch() -> None:
+    model = tiny()
+    for early_stopping in (False, True):
+        cfg = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, early_stopping=early_stopping)
+        alone = translate_batch(Ensemble([model]), sources(), cfg)
+        mixed = translate_batch(
+            Ensemble([model]), sources(), cfg, constraints=Constraints.of(PHRASES, False, torch.device("cpu"))
+        )
+        for row, phrases in enumerate(PHRASES):
+            if not phrases:
+                assert mixed[row][0].tokens == alone[row][0].tokens
 
 
 def test_ordered_progress_starts_only_the_first_unmet_phrase() -> None:

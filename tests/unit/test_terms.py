@@ -62,7 +62,9 @@ def test_a_phrase_that_cannot_be_met_is_refused_naming_it(
 def test_constraints_are_lists_of_strings_one_a_line() -> None:
     with pytest.raises(InputError, match=r"2 lists for 1 lines"):
         constrained_lines(["a"], [["Haus"], ["Hund"]], None, vocabulary())
-    with pytest.raises(InputError, match=r"constraints\[0\]: a list of phrases for the line, not one string"):
+    with pytest.raises(InputError, match=r"constraints\[0\]: a list of phrases for the line, not str; write"):
         constrained_lines(["a"], ["Haus"], None, vocabulary())
+    with pytest.raises(InputError, match=r"constraints\[0\]: a list of phrases for the line, not NoneType"):
+        constrained_lines(["a"], [None], None, vocabulary())  # type: ignore[list-item]
     with pytest.raises(ConstraintError, match="a constraint is a string, not int"):
         constrained_lines(["a"], [[3]], None, vocabulary())  # type: ignore[list-item]
