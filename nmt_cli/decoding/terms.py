@@ -50,15 +50,16 @@ def phrases_of(line: str | Constrained) -> list[list[int]]:
 class ConstraintError(InputError):
     """A phrase that cannot be enforced. `line` is its line's index in the call (0-based), which a
     front end that translates its input lines whole turns into a line number; the message quotes
-    the line, which is a sentence of the input where lines were split."""
+    the line, which is a sentence of the input where lines were split. `source`: whether the
+    phrase was the line's own ("constraints") or a glossary's ("glossary")."""
 
-    def __init__(self, line: int, text: str, problem: str) -> None:
-        self.line, self.text, self.problem = line, text, problem
+    def __init__(self, line: int, text: str, problem: str, source: str = "constraints") -> None:
+        self.line, self.text, self.problem, self.source = line, text, problem, source
         shown = text if len(text) <= 40 else text[:39] + "…"
         super().__init__(f"{problem} (translating {shown!r})")
 
-    def __reduce__(self) -> tuple[type, tuple[int, str, str]]:  # raised in a decoding worker, too
-        return ConstraintError, (self.line, self.text, self.problem)
+    def __reduce__(self) -> tuple[type, tuple[int, str, str, str]]:  # raised in a worker, too
+        return ConstraintError, (self.line, self.text, self.problem, self.source)
 
 
 @dataclass(frozen=True)
@@ -98,37 +99,28 @@ def constrained_lines(
         for phrase in wanted:
             if not isinstance(phrase, str):
                 raise ConstraintError(i, text, f"a constraint is a string, not {type(phrase).__name__}")
-        if glossary is not None:
-            wanted += glossary.targets(text)
-        if not wanted:
+        terms = [t for t in glossary.targets(text) if t not in wanted] if glossary is not None else []
+        if not wanted and not terms:
             out.append(line)
             continue
         had = line.phrases if isinstance(line, Constrained) else ()
-        phrases = _checked(i, text, list(dict.fromkeys(wanted)), vocabulary)
+        phrases = _checked(i, text, list(dict.fromkeys(wanted)), terms, vocabulary)
         out.append(Constrained(text, tuple(dict.fromkeys(had + phrases))))
     return out
 
 
 def _checked(
-    index: int, line: str, phrases: list[str], vocabulary: Vocabulary
+    index: int, line: str, own: list[str], terms: list[str], vocabulary: Vocabulary
 ) -> tuple[tuple[int, ...], ...]:
+    """The line's `own` phrases and the glossary `terms` it matched as piece ids, or the error
+    that names the first that cannot be met."""
+    source = "constraints" if own else "glossary"
     if not line.strip():
         raise ConstraintError(
-            index, line, f"an empty line cannot contain {phrases[0]!r}; leave its constraints out"
+            index, line, f"an empty line cannot contain {(own + terms)[0]!r}; leave its constraints out"
         )
-    encoded = []
-    for phrase in phrases:
-        if not phrase.strip():
-            raise ConstraintError(index, line, "an empty constraint: leave it out")
-        ids = tuple(vocabulary.encode(phrase.strip()))
-        if vocabulary.unk_id in ids:
-            raise ConstraintError(
-                index,
-                line,
-                f"constraint {phrase!r} has characters the model's vocabulary lacks (it would "
-                "produce <unk>); write it with characters the model knows",
-            )
-        encoded.append(ids)
+    encoded = [_encoded(index, line, p, vocabulary, "constraints") for p in own]
+    encoded += [_encoded(index, line, p, vocabulary, "glossary") for p in terms]
     needed, room = sum(len(p) for p in encoded), vocabulary.room(line)
     if needed > room:
         raise ConstraintError(
@@ -136,8 +128,24 @@ def _checked(
             line,
             f"the constraints need {needed} pieces, more than the {room} this line's translation may "
             "have; raise max_len_a or max_len_b, or shorten the constraints",
+            source,
         )
     return tuple(encoded)
+
+
+def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
+    if not phrase.strip():
+        raise ConstraintError(index, line, "an empty constraint: leave it out", source)
+    ids = tuple(vocabulary.encode(phrase.strip()))
+    if vocabulary.unk_id in ids:
+        raise ConstraintError(
+            index,
+            line,
+            f"constraint {phrase!r} has characters the model's vocabulary lacks (it would "
+            "produce <unk>); write it with characters the model knows",
+            source,
+        )
+    return ids
 
 
 def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:

@@ -241,7 +241,8 @@ async def translate_texts(
     splits = split_texts(units, language) if split else None
     sentences: list[str | Constrained] = list(sentences_of(splits) if splits else units)
     if constraints is not None or settings.glossary is not None:
-        sentences, settings = _with_phrases(pair, sentences, settings, constraints)
+        # Off the event loop: a large request's phrases take a while to encode.
+        sentences, settings = await asyncio.to_thread(_with_phrases, pair, sentences, settings, constraints)
     results = await decode(request, pair, sentences, settings)
     if splits is not None:
         results = join_results(splits, results, settings)
@@ -260,8 +261,9 @@ def _with_phrases(
     try:
         constrained = pair.translator.constrained(units, settings, constraints)
     except ConstraintError as err:
+        own = constraints is not None and err.source == "constraints"
         raise BadRequest(
-            422, f"constraints[{err.line}]: {err.problem}" if constraints else f"glossary: {err}"
+            422, f"constraints[{err.line}]: {err.problem}" if own else f"glossary: {err}"
         ) from None
     except SettingError as err:
         raise BadRequest(422, err.as_field()) from None

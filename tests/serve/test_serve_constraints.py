@@ -82,6 +82,10 @@ def test_requests_with_different_glossaries_get_their_own_terms(server: Server) 
             {"text": ["apple"], "glossary": {"apple": "\u6f22\u5b57"}},
             "glossary: constraint '\u6f22\u5b57' has characters",
         ),
+        (  # both given: the bad term is the glossary's, and the error says so
+            {"text": ["apple"], "constraints": [["silver"]], "glossary": {"apple": "\u6f22\u5b57"}},
+            "glossary: constraint '\u6f22\u5b57' has characters",
+        ),
         (
             {"text": ["apple"], "glossary": [["apple"]]},
             "glossary entry 1: expected (source term, target term)",
