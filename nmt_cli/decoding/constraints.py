@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nmt_cli.decoding.ranking import top_k
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 Phrases = list[list[int]]
@@ -149,8 +150,9 @@ def restrict(
     phrase, only a piece that `word_ends` allows (one that starts a word, punctuation, EOS), so
     that "Haus" is not met inside "Hausboot"."""
     log_probs[:, EOS_ID].masked_fill_(~progress.all_met(lengths) & ~at_limit, float("-inf"))
-    if word_ends is not None:
-        log_probs.masked_fill_(progress.ended.unsqueeze(1) & ~word_ends, float("-inf"))
+    rows = progress.ended.nonzero()[:, 0] if word_ends is not None else None
+    if rows is not None and word_ends is not None and rows.numel():  # by row: most rows ended nothing
+        log_probs[rows] = log_probs[rows].masked_fill(~word_ends, float("-inf"))
 
 
 def candidates(
@@ -161,8 +163,8 @@ def candidates(
     (A sentences) the hypotheses' progress and their sentences' phrases."""
     a, r = cand.shape[0], progress.ended.shape[0] // cand.shape[0]
     device = cand.device
-    top_idx = cand.topk(min(2 * k, cand.shape[1]), dim=1).indices
-    best_tok = log_probs.argmax(dim=1).view(a, r)
+    top_idx = top_k(cand, min(2 * k, cand.shape[1]))[1]
+    best_tok = top_k(log_probs, 1)[1].view(a, r)
     own = torch.arange(r, device=device).expand(a, r)
     ids, lengths = cons.ids.repeat_interleave(r, dim=0), cons.lengths.repeat_interleave(r, dim=0)
     forced = progress.next_pieces(ids, lengths, cons.ordered).view(a, r * ids.shape[1])

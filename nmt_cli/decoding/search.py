@@ -24,6 +24,7 @@ from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints, Phrases
 from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
+from nmt_cli.decoding.ranking import top_k
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import Sampling
 from nmt_cli.special_ids import EOS_ID, PAD_ID
@@ -71,29 +72,6 @@ def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
     src_len = (src != PAD_ID).sum(dim=1)  # includes the source EOS
     # In float64 and capped before the conversion: a large a * length must not wrap around.
     return (a * (src_len - 1).double() + b + 1).clamp(min=1, max=limit).long()
-
-
-TOPK_BLOCK = 64
-
-
-def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """`x.topk(k, dim=1)` for a 2-D `x`, the same values and indices, in about a third of the time
-    at vocabulary widths: torch's CPU topk is a scalar selection per row, while a block maximum is
-    vectorised. The k largest values lie in the k blocks of 64 with the largest maxima (and the
-    columns past the last whole block), so only those are ranked."""
-    rows, width = x.shape
-    blocks = width // TOPK_BLOCK
-    if blocks <= k:
-        return x.topk(k, dim=1)
-    whole = blocks * TOPK_BLOCK
-    best = x[:, :whole].unflatten(1, (blocks, TOPK_BLOCK)).amax(dim=2).topk(k, dim=1).indices  # (rows, k)
-    offsets = torch.arange(TOPK_BLOCK, device=x.device)
-    cols = (best.unsqueeze(-1) * TOPK_BLOCK + offsets).flatten(1)  # (rows, k * 64)
-    if whole < width:
-        tail = torch.arange(whole, width, device=x.device).expand(rows, -1)
-        cols = torch.cat([cols, tail], dim=1)
-    values, at = x.gather(1, cols).topk(k, dim=1)
-    return values, cols.gather(1, at)
 
 
 def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int, force_eos: bool = True) -> None:
