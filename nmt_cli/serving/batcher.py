@@ -43,16 +43,16 @@ Line: TypeAlias = "str | Constrained"
 class BatchStats:
     """Counters since start, for /health, /info and the log."""
 
+    # What came in, and how it was decoded.
     requests: int = 0
     lines: int = 0
     batches: int = 0
-    merged_batches: int = 0
-    """Batches that held lines of more than one request."""
+    merged_batches: int = 0  # batches that held lines of more than one request
     most_requests_in_a_batch: int = 0
-    rejected: int = 0
-    """Requests refused because the queue was full."""
-    cancelled: int = 0
-    """Requests dropped before decoding because their callers gave up (clients that went away)."""
+
+    # What was not decoded.
+    rejected: int = 0  # requests refused because the queue was full
+    cancelled: int = 0  # requests dropped before decoding: their clients went away
 
 
 class QueueFull(Exception):
