@@ -34,6 +34,18 @@ Shortlist = Annotated[
     ),
 ]
 BatchTokens = Annotated[int, typer.Option(help="Source tokens per batch.")]
+# Terminology a translation must contain (translate).
+Constraints = Annotated[
+    bool,
+    typer.Option(help="Each line: the source, then a tab before each phrase its translation must contain."),
+]
+OrderedConstraints = Annotated[
+    bool, typer.Option(help="--constraints: the phrases in the order given (default: any order).")
+]
+Glossary = Annotated[
+    Path | None,
+    typer.Option(help="TSV of 'source term<TAB>target term': enforced where a line holds the source term."),
+]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
 # The language pair, where the model does not name it (shortlist: also the corpus files' suffixes).

@@ -63,21 +63,9 @@ def translate(
     format_: Annotated[
         str, typer.Option("--format", help="text, or html: each line an HTML fragment, its markup kept.")
     ] = "text",
-    constraints: Annotated[
-        bool,
-        typer.Option(
-            help="Each line: the source, then a tab before each phrase its translation must contain."
-        ),
-    ] = False,
-    ordered_constraints: Annotated[
-        bool, typer.Option(help="--constraints: the phrases in the order given (default: any order).")
-    ] = False,
-    glossary: Annotated[
-        Path | None,
-        typer.Option(
-            help="TSV of 'source term<TAB>target term': enforced where a line holds the source term."
-        ),
-    ] = None,
+    constraints: opt.Constraints = False,
+    ordered_constraints: opt.OrderedConstraints = False,
+    glossary: opt.Glossary = None,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
