@@ -40,16 +40,19 @@ class Batch:
         if self.alignable is not None and sentences is not None:
             self.alignable = self.alignable[sentences]
 
-    def stored(self, tokens: Tensor, rows: Tensor) -> Tensor:
-        """`tokens` (A, X) chosen as continuations of hypothesis `rows` (A, X, indices into the
-        last step's rows) as the search stores them: with their links (`LINK`) where it aligns;
-        EOS alone, as it has no link."""
+    def stored(self, tokens: Tensor, beams: Tensor | None = None) -> Tensor:
+        """`tokens` chosen for each of A sentences as the search stores them: with their links
+        (`LINK`) where it aligns, EOS alone as it has no link. `tokens` (A,), one a row of the last
+        step (greedy search), or (A, X) continuing each sentence's hypotheses `beams` (A, X)."""
         if self.alignable is None or self.states[0].attended is None:
-            return tokens
-        attended = self.states[0].attended
-        weights = attended[:, -1]  # (rows, S)
+            return tokens  # a search that does not align does no work here
+        weights = self.states[0].attended[:, -1]  # (rows, S)
         allowed = self.alignable.repeat_interleave(weights.shape[0] // self.alignable.shape[0], dim=0)
         links = weights.masked_fill(~allowed, -1.0).argmax(dim=1)
+        a = tokens.shape[0]
+        rows = torch.arange(a, device=tokens.device)
+        if beams is not None:  # rows of the hypotheses that the tokens continue
+            rows = rows.unsqueeze(1) * (weights.shape[0] // a) + beams
         return torch.where(tokens == EOS_ID, tokens, tokens + links[rows] * LINK)
 
     def target_ids(self, ids: Tensor) -> Tensor:

@@ -121,7 +121,7 @@ def greedy_search(
             assert keys is not None
             tokens = draw(log_probs, sampling, uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
-        out[active, t] = batch.stored(tokens[:, 0], torch.arange(tokens.shape[0], device=device))
+        out[active, t] = batch.stored(tokens[:, 0])
         if normalize:
             totals[active] += best[:, 0]
         running = tokens[:, 0] != EOS_ID
@@ -186,7 +186,7 @@ def beam_search(
             top_scores, top_beam, top_tok = search.candidates(cand, log_probs, active, k, width)
         rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
         is_eos = top_tok == EOS_ID
-        stored = batch.stored(top_tok, torch.arange(a, device=device).unsqueeze(1) * r + top_beam)
+        stored = batch.stored(top_tok, top_beam)
         candidates = Candidates(top_scores, top_beam, top_tok, is_eos & top_scores.isfinite() & (rank < k))
         at_end = t + 1 >= limit[active]
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
