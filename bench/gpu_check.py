@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -47,6 +48,7 @@ from nmt_cli.data.batching import collate
 from nmt_cli.decoding.alignment import attended_pieces, default_layer
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import translate_sentences
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
 from nmt_cli.training.precision import autocast
@@ -471,9 +473,10 @@ def throughput() -> Figures:
         lengths = np.clip(rng.lognormal(3.15, 0.55, sentences), 3, 200).astype(int)
         src = [rng.integers(4, cfg.src_vocab_size, n) for n in lengths]
         for beam in (4, 1):
+            settings = DecodeSettings(DecodeConfig(beam=beam), batch_tokens=8192)
             sync()
             start = time.perf_counter()
-            hyps = translate_sentences(Ensemble([decoder]), src, DecodeConfig(beam=beam), 8192, DEVICE)
+            hyps = translate_sentences(Ensemble([decoder]), src, settings, DEVICE)
             sync()
             seconds = time.perf_counter() - start
             produced = sum(len(h[0].tokens) + 1 for h in hyps)  # + EOS
@@ -500,17 +503,18 @@ def decode_attention() -> Figures:
     rng = np.random.default_rng(3)
     n = 500 if CUDA else 16
     src = [rng.integers(4, cfg.src_vocab_size, int(k)) for k in np.clip(rng.lognormal(3.15, 0.55, n), 3, 120)]
-    decode = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=60)  # untrained: a fixed length limit
+    # Untrained: a fixed length limit.
+    decode = DecodeSettings(DecodeConfig(beam=4, max_len_a=0.0, max_len_b=60), batch_tokens=8192)
     out: Figures = {}
     for kernels, cudnn in (("nmt", False), ("torch_default", True)):
         if CUDA:
             torch.backends.cuda.enable_cudnn_sdp(cudnn)
         row: Figures = {}
         for precision, model in models.items():
-            translate_sentences(Ensemble([model]), src[:8], decode, 8192, DEVICE)  # warm-up
+            translate_sentences(Ensemble([model]), src[:8], decode, DEVICE)  # warm-up
             sync()
             start = time.perf_counter()
-            translate_sentences(Ensemble([model]), src, decode, 8192, DEVICE)
+            translate_sentences(Ensemble([model]), src, decode, DEVICE)
             sync()
             row[f"{precision}_s"] = round(time.perf_counter() - start, 3)
         row["bf16_over_fp32"] = round(row["bf16_s"] / row["fp32_s"], 3)
@@ -538,17 +542,17 @@ def constraints_and_alignment() -> Figures:
     n = 256 if CUDA else 16
     src = [rng.integers(4, cfg.src_vocab_size, int(k)) for k in rng.integers(5, 30, n)]
     phrases = [[rng.integers(4, cfg.tgt_vocab_size, int(k)).tolist() for k in (1, 2)] for _ in range(n)]
-    decode = DecodeConfig(beam=4, max_len_a=1.0, max_len_b=10)
+    decode = DecodeSettings(DecodeConfig(beam=4, max_len_a=1.0, max_len_b=10), batch_tokens=8192)
     found: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     for device in [torch.device("cpu"), DEVICE] if CUDA else [DEVICE]:
         ensemble = Ensemble([model.to(device)])
         for name, given in (("plain", None), ("constrained", phrases)):
-            translate_sentences(ensemble, src[:4], decode, 8192, device, constraints=given and given[:4])
+            translate_sentences(ensemble, src[:4], decode, device, constraints=given and given[:4])
             sync()
             start = time.perf_counter()
             found[f"{device.type}_{name}"] = translate_sentences(
-                ensemble, src, decode, 8192, device, constraints=given, align=True
+                ensemble, src, dataclasses.replace(decode, alignments=True), device, constraints=given
             )
             sync()
             seconds[f"{device.type}_{name}_s"] = round(time.perf_counter() - start, 3)

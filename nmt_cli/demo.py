@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nmt_cli.commands import average, prepare, score, train, translate
 from nmt_cli.errors import NmtError
-from nmt_cli.user_settings import DecodeOverrides, PrepareConfig, RuntimeConfig
+from nmt_cli.user_settings import DecodeOverrides, PrepareConfig, RuntimeConfig, TranslateJob
 
 ONES_EN = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -168,17 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             checkpoints=[], output=out / "average.pt", run_dir=out / "run", last=None, quiet=args.quiet
         )
         print("5/5 nmt translate + nmt score", file=sys.stderr)
-        translate.run(
-            models=[out / "average.pt"],
-            input_path=c / "test.en",
-            output_path=out / "test.hyp.de",
-            decode=DecodeOverrides(),
-            runtime=RuntimeConfig("cpu", "fp32", 0),
-            nbest=1,
-            batch_tokens=4096,
-            buffer_size=1000,
-            quiet=args.quiet,
-        )
+        job = TranslateJob([out / "average.pt"], c / "test.en", out / "test.hyp.de", buffer_size=1000)
+        translate.run(job, decode=DecodeOverrides(), runtime=RuntimeConfig("cpu", "fp32"), quiet=args.quiet)
         for line_en, line_hyp in zip(
             (c / "test.en").read_text().splitlines()[:3],
             (out / "test.hyp.de").read_text().splitlines()[:3],

@@ -1,8 +1,8 @@
 """What a user gives a command beside the recipe: decode settings that override the checkpoint's
 [decode] for a call (the command line, the Python API, an HTTP request), where and how a command
-computes, and what `nmt prepare` is asked for. The CLI builds them from options once and hands
-them to the commands; none is part of a recipe or stored in a checkpoint. (The server's bounds are
-`serving.limits.ServeLimits`.)"""
+computes, and what `nmt prepare`, `nmt translate` and `nmt attend` are asked for. The CLI builds
+them from options once and hands them to the commands; none is part of a recipe or stored in a
+checkpoint. (The server's bounds are `serving.limits.ServeLimits`.)"""
 
 from __future__ import annotations
 
@@ -93,3 +93,36 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         if isinstance(self.train, str):  # one prefix, as before several corpora were possible
             object.__setattr__(self, "train", (self.train,))
+
+
+@dataclass(frozen=True)
+class TranslateJob:
+    """What `nmt translate` is asked to translate, where to and in what shape; the defaults are the
+    command line's. Its search and its hardware are a `DecodeOverrides` and a `RuntimeConfig`."""
+
+    models: list[Path]  # more than one: an ensemble
+    input_path: Path | None = None  # None: stdin
+    output_path: Path | None = None  # None: stdout
+    nbest: int = 1
+    batch_tokens: int = 4096
+    buffer_size: int = 5000
+    split_sentences: bool = False
+    alignments: bool = False
+    text_format: str = "text"  # or "html": each line a fragment, its markup kept
+    # Each line the source, then a tab before each phrase its translation must contain.
+    constraints: bool = False
+    ordered_constraints: bool = False
+    glossary: Path | None = None  # a TSV of terms
+
+
+@dataclass(frozen=True)
+class AttendJob:
+    """What `nmt attend` is asked to draw, and where; the defaults are the command line's."""
+
+    model: Path
+    out_dir: Path
+    input_path: Path | None = None  # None: stdin
+    layer: int | None = None  # 1..N; None: the last
+    head: int | None = None  # 1..h; None: the mean over heads
+    picture_format: str = "png"
+    batch_tokens: int = 4096

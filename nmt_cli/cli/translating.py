@@ -25,9 +25,11 @@ ATTEND_EPILOG = (
 
 
 def translate(
-    model: opt.Models,
-    input_: opt.Input = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output (default: stdout).")] = None,
+    models: opt.Models,
+    input_path: opt.Input = None,
+    output_path: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Output (default: stdout).")
+    ] = None,
     beam: opt.Beam = None,
     lenpen: opt.Lenpen = None,
     lenpen_style: opt.LenpenStyle = None,
@@ -60,7 +62,7 @@ def translate(
     alignments: Annotated[
         bool, typer.Option(help="After each translation, a tab and its word alignment (Pharaoh 'i-j' pairs).")
     ] = False,
-    format_: Annotated[
+    text_format: Annotated[
         str, typer.Option("--format", help="text, or html: each line an HTML fragment, its markup kept.")
     ] = "text",
     constraints: opt.Constraints = False,
@@ -70,41 +72,25 @@ def translate(
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
     from nmt_cli.decoding.settings import Sampling
-    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
     imported()
 
     Globals.fast_exit = True
+    job = opt.given(TranslateJob, locals())  # what to translate, where to, in what shape
     decode = opt.given(DecodeOverrides, locals())  # --beam ... --shortlist
-    runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
+    runtime = opt.given(RuntimeConfig, locals())
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
-    command.run(
-        models=model,
-        input_path=input_,
-        output_path=output,
-        decode=decode,
-        runtime=runtime,
-        nbest=nbest,
-        batch_tokens=batch_tokens,
-        buffer_size=buffer_size,
-        quiet=Globals.quiet,
-        sampling=drawn,
-        split_sentences=split_sentences,
-        alignments=alignments,
-        text_format=format_,
-        constraints=constraints,
-        ordered_constraints=ordered_constraints,
-        glossary=glossary,
-    )
+    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet, sampling=drawn)
 
 
 def attend(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
     out_dir: Annotated[Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).")],
-    input_: opt.Input = None,
+    input_path: opt.Input = None,
     layer: Annotated[int | None, typer.Option(help="Decoder layer, 1..N (default: the last).")] = None,
     head: Annotated[int | None, typer.Option(help="Head, 1..h (default: the mean over heads).")] = None,
-    format_: Annotated[str, typer.Option("--format", help="png or svg.")] = "png",
+    picture_format: Annotated[str, typer.Option("--format", help="png or svg.")] = "png",
     beam: opt.Beam = None,
     lenpen: opt.Lenpen = None,
     lenpen_style: opt.LenpenStyle = None,
@@ -121,21 +107,11 @@ def attend(
     a picture of target pieces (rows) by source pieces (columns); the search is untouched.
     """
     from nmt_cli.commands import attend as command
-    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+    from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig
 
     imported()
 
+    job = opt.given(AttendJob, locals())
     decode = opt.given(DecodeOverrides, locals())  # --beam ... --min-len
     runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
-    command.run(
-        model=model,
-        input_path=input_,
-        out_dir=out_dir,
-        layer=layer,
-        head=head,
-        fmt=format_,
-        decode=decode,
-        runtime=runtime,
-        batch_tokens=batch_tokens,
-        quiet=Globals.quiet,
-    )
+    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet)

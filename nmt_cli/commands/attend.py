@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +30,7 @@ from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
 from nmt_cli.special_ids import EOS_ID
 from nmt_cli.training.precision import autocast
-from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -78,21 +77,13 @@ def attention_figure(weights: np.ndarray, src_pieces: list[str], tgt_pieces: lis
     return figure
 
 
-def run(
-    model: Path,
-    input_path: Path | None,
-    out_dir: Path,
-    layer: int | None,
-    head: int | None,
-    fmt: str,
-    decode: DecodeOverrides,
-    runtime: RuntimeConfig,
-    batch_tokens: int,
-    quiet: bool,
-) -> None:
+def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quiet: bool = False) -> None:
+    """Translate `job.input_path` (stdin) to stdout, then draw each translation's attention into
+    `job.out_dir`."""
+    input_path, out_dir, batch_tokens = job.input_path, job.out_dir, job.batch_tokens
     reporter = Reporter(quiet)
-    if fmt not in FORMATS:
-        raise InputError(f"--format {fmt!r}: expected png or svg")
+    if job.picture_format not in FORMATS:
+        raise InputError(f"--format {job.picture_format!r}: expected png or svg")
     require_matplotlib()
     resolve(DecodeConfig(), decode, None, batch_tokens)  # the rules that need no checkpoint
     if input_path is not None:
@@ -102,10 +93,10 @@ def run(
     configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
     # Attention pictures are drawn from an fp32 pass, whatever precision translation could use.
-    translator = load_translator([model], dev, "fp32")
+    translator = load_translator([job.model], dev, "fp32")
     settings = translator.settings(decode, None, batch_tokens)
     net = translator.ensemble.models[0]
-    layer_index, head_index = check_choice(net.cfg, layer, head)
+    layer_index, head_index = check_choice(net.cfg, job.layer, job.head)
     source = input_path if input_path is not None else sys.stdin.buffer
     lines = read_lines(source, str(input_path or "stdin"), errors="replace", nul=" ")  # as translate reads
     sources = [translator.source_ids(line).tolist() for line in lines]
@@ -114,8 +105,7 @@ def run(
         found = translate_sentences(
             translator.ensemble,
             [np.asarray(sources[i], dtype=np.int64) for i in todo],
-            settings.search,
-            settings.batch_tokens,
+            settings,
             dev,
         )
     best: dict[int, Hypothesis] = {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}
@@ -140,7 +130,7 @@ def run(
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # glyphs the font lacks (CJK, emoji)
-            save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{fmt}", "--out-dir")
+            save_figure(figure, out_dir / f"attention_{i + 1:0{digits}d}.{job.picture_format}", "--out-dir")
     reporter.info(f"wrote {len(best)} picture{'s' * (len(best) != 1)} ({what}) to {out_dir}")
     if translator.truncated:
         reporter.warn(

@@ -32,7 +32,7 @@ from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
 from nmt_cli.files import fsync_directory, not_an_input, output_target
 from nmt_cli.report import Reporter
-from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
 Translate = Callable[[list[str]], list[Result]]
 """A configured `Translator.translate_texts`: lines in, their hypotheses (and alignments) out."""
@@ -42,35 +42,26 @@ Write = Callable[..., None]
 
 
 def run(
-    models: list[Path],
-    input_path: Path | None,
-    output_path: Path | None,
+    job: TranslateJob,
+    *,
     decode: DecodeOverrides,
     runtime: RuntimeConfig,
-    nbest: int,
-    batch_tokens: int,
-    buffer_size: int,
-    quiet: bool,
+    quiet: bool = False,
     sampling: Sampling | None = None,
-    split_sentences: bool = False,
-    alignments: bool = False,
-    text_format: str = "text",
-    constraints: bool = False,
-    ordered_constraints: bool = False,
-    glossary: Path | None = None,
 ) -> None:
-    """Translate `input_path` (stdin) to `output_path` (stdout) by beam search, or by `sampling`;
-    `split_sentences`: each line sentence by sentence; `alignments`: each translation followed by a
-    tab and its word alignment (Pharaoh's "i-j" pairs); `text_format` "html": each line an HTML
-    fragment, translated with its markup kept (its blocks sentence by sentence). `constraints`:
-    each line is the source, then a tab before each phrase its translation must contain
-    (fairseq-interactive's --constraints), in that order with `ordered_constraints`; `glossary`: a
-    TSV of terms enforced where a sentence holds their source side (`data.glossary`)."""
+    """Translate `job.input_path` (stdin) to `job.output_path` (stdout) by beam search, or by
+    `sampling`. `split_sentences`: each line sentence by sentence; `alignments`: each translation
+    followed by a tab and its word alignment (Pharaoh's "i-j" pairs); `text_format` "html": each
+    line an HTML fragment, translated with its markup kept (its blocks sentence by sentence).
+    `constraints`: each line is the source, then a tab before each phrase its translation must
+    contain (fairseq-interactive's --constraints), in that order with `ordered_constraints`;
+    `glossary`: a TSV of terms enforced where a sentence holds their source side (`data.glossary`)."""
+    models, input_path, output_path, nbest = job.models, job.input_path, job.output_path, job.nbest
     reporter = Reporter(quiet)
-    _check_options(buffer_size, nbest, alignments, text_format, constraints, ordered_constraints)
-    terms = Glossary.read(glossary) if glossary is not None else None
+    _check_options(job)
+    terms = Glossary.read(job.glossary) if job.glossary is not None else None
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
-    resolve(DecodeConfig(), decode, nbest, batch_tokens, sampling)
+    resolve(DecodeConfig(), decode, nbest, job.batch_tokens, sampling)
     dev = resolve_device(runtime.device)
     workers = decoding_workers(runtime, dev)
     # One thread a process when there are several: forked workers must not inherit a thread pool.
@@ -83,24 +74,24 @@ def run(
         not_an_input(output_path, [*models, *([input_path] if input_path is not None else [])], "--output")
     translator = load_translator(models, dev, precision)
     settings = with_terms(
-        translator.settings(decode, nbest, batch_tokens, sampling), terms, ordered_constraints
+        translator.settings(decode, nbest, job.batch_tokens, sampling), terms, job.ordered_constraints
     )
     if nbest == 1:  # the output is the text alone
-        settings = dataclasses.replace(settings, scores=False, alignments=alignments)
+        settings = dataclasses.replace(settings, scores=False, alignments=job.alignments)
     source = input_path.open("rb") if input_path is not None else _stdin()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate = _translate_call(translator, settings, text_format, constraints, split_sentences)
+    translate = _translate_call(translator, settings, job)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     write = functools.partial(
         _translate_stream,
         translate,
         source,
         name,
-        buffer_size=buffer_size,
+        buffer_size=job.buffer_size,
         nbest=nbest,
         emptied=emptied,
-        whole_lines=constraints or not (split_sentences or text_format == "html"),
+        whole_lines=job.constraints or not (job.split_sentences or job.text_format == "html"),
     )
     try:
         if output_path is None or destination is None:
@@ -116,33 +107,30 @@ def run(
     _warn_after(reporter, emptied["lines"], translator)
 
 
-def _check_options(
-    buffer_size: int, nbest: int, alignments: bool, text_format: str, constraints: bool, ordered: bool
-) -> None:
+def _check_options(job: TranslateJob) -> None:
     """The option rules that need no model."""
+    buffer_size, nbest, alignments, text_format = job.buffer_size, job.nbest, job.alignments, job.text_format
     if buffer_size < 1:
         raise InputError(f"--buffer-size {buffer_size}: must be at least 1")
     if alignments and nbest > 1:
         raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
     if text_format not in FORMATS:
         raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
-    if text_format == "html" and (nbest > 1 or alignments or constraints):
+    if text_format == "html" and (nbest > 1 or alignments or job.constraints):
         raise InputError(
             "--format html: one translation a line, with its markup; leave out --nbest, --alignments "
             "and --constraints (a --glossary applies to HTML too)"
         )
-    if ordered and not constraints:
+    if job.ordered_constraints and not job.constraints:
         raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
 
 
-def _translate_call(
-    translator: Translator, settings: DecodeSettings, text_format: str, constraints: bool, split: bool
-) -> Translate:
-    if text_format == "html":
+def _translate_call(translator: Translator, settings: DecodeSettings, job: TranslateJob) -> Translate:
+    if job.text_format == "html":
         return functools.partial(_html_results, translator, settings)
-    if constraints:
+    if job.constraints:
         return functools.partial(_constrained_results, translator, settings)
-    return functools.partial(translator.translate_texts, settings=settings, split=split)
+    return functools.partial(translator.translate_texts, settings=settings, split=job.split_sentences)
 
 
 def _warn_after(reporter: Reporter, emptied: int, translator: Translator) -> None:

@@ -26,7 +26,7 @@ from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.ranking import top_k
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
-from nmt_cli.decoding.settings import Sampling
+from nmt_cli.decoding.settings import DecodeSettings, Sampling
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
@@ -264,26 +264,23 @@ def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tenso
 def translate_batch(
     ensemble: Ensemble,
     src: Tensor,
-    cfg: DecodeConfig,
-    nbest: int = 1,
-    sampling: Sampling | None = None,
+    settings: DecodeSettings,
     shortlist: Shortlist | None = None,
-    scores: bool = True,
     constraints: Constraints | None = None,
-    align: bool = False,
 ) -> list[list[Hypothesis]]:
     """Sampling when asked, greedy search for beam 1 (the fast path), beam search otherwise (with
     `constraints`, always); over the batch's shortlist vocabulary when a shortlist is given, with
-    the constraints' pieces added. `scores=False`: the caller reads no score, which greedy search
-    may then leave out (NaN); `align`: hypotheses with their links."""
-    greedy = sampling is not None or (cfg.beam == 1 and nbest == 1)
+    the constraints' pieces added. Without `settings.scores` the caller reads no score, which
+    greedy search may then leave out (NaN); with `settings.alignments`, hypotheses carry links."""
+    cfg, sampling, align = settings.search, settings.sampling, settings.alignments
+    greedy = sampling is not None or (cfg.beam == 1 and settings.nbest == 1)
     free = constraints.lengths.sum(dim=1) == 0 if constraints is not None else None
     if greedy and free is not None and constraints is not None and bool(free.any()):
         # Beam 1 keeps greedy search for the sentences without phrases: a sentence's translation
         # must not depend on whether its batch holds phrases.
         parts = [free.nonzero()[:, 0], (~free).nonzero()[:, 0]]
         found = [
-            translate_batch(ensemble, src[rows], cfg, nbest, sampling, shortlist, scores, given, align)
+            translate_batch(ensemble, src[rows], settings, shortlist, given)
             for rows, given in zip(parts, (None, constraints.select(parts[1])), strict=True)
             if rows.numel()
         ]
@@ -296,43 +293,36 @@ def translate_batch(
     if constraints is not None and vocab is not None:
         vocab = constraints.with_pieces(vocab)
     if constraints is None and greedy:
-        return greedy_search(ensemble, src, cfg, sampling, vocab, scores, align)
-    return beam_search(ensemble, src, cfg, nbest, vocab, constraints, align)
+        return greedy_search(ensemble, src, cfg, sampling, vocab, settings.scores, align)
+    return beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
 
 
 def translate_sentences(
     ensemble: Ensemble,
     sentences: list[np.ndarray],
-    cfg: DecodeConfig,
-    batch_tokens: int,
+    settings: DecodeSettings,
     device: torch.device,
-    nbest: int = 1,
-    sampling: Sampling | None = None,
     shortlist: Shortlist | None = None,
-    scores: bool = True,
     constraints: list[Phrases] | None = None,
-    ordered: bool = False,
-    align: bool = False,
     word_ends: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Translate source id sequences (without EOS) in length-sorted batches; results in input order
-    (`translate_batch`). `constraints`: each sentence's target phrases, met in the given order
-    when `ordered`, each followed by a piece `word_ends` allows (`constraints.restrict`); `align`:
-    hypotheses with their links (`Hypothesis.links`)."""
+    """Translate source id sequences (without EOS) in length-sorted batches of
+    `settings.batch_tokens`; results in input order (`translate_batch`). `constraints`: each
+    sentence's target phrases, met in the given order with `settings.ordered_constraints`, each
+    followed by a piece `word_ends` allows (`constraints.restrict`)."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     # Beam search holds beam x rows, so the source budget shrinks with the beam.
-    rows_per_source = 1 if sampling is not None else max(cfg.beam, 1)
-    budget = max(batch_tokens // rows_per_source, int(lengths.max()) + 1)
+    rows_per_source = 1 if settings.sampling is not None else max(settings.search.beam, 1)
+    budget = max(settings.batch_tokens // rows_per_source, int(lengths.max()) + 1)
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
         phrases = [constraints[i] for i in idx] if constraints is not None else []
+        ordered = settings.ordered_constraints
         batch_constraints = Constraints.of(phrases, ordered, device, word_ends) if any(phrases) else None
-        hyps = translate_batch(
-            ensemble, src, cfg, nbest, sampling, shortlist, scores, batch_constraints, align
-        )
+        hyps = translate_batch(ensemble, src, settings, shortlist, batch_constraints)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

@@ -369,17 +369,13 @@ class Translator:
         hyps = translate_sentences(
             self.ensemble,
             [ids[i] for i in todo],
-            settings.search,
-            settings.batch_tokens,
+            settings,
             self.device,
-            settings.nbest,
-            settings.sampling,
-            self.shortlist if settings.search.shortlist else None,
-            settings.scores,
-            phrases if any(phrases) else None,
-            settings.ordered_constraints,
-            settings.alignments,
-            word_ends(self.tgt_spm, self.ensemble.models[0].cfg.tgt_vocab_size) if any(phrases) else None,
+            shortlist=self.shortlist if settings.search.shortlist else None,
+            constraints=phrases if any(phrases) else None,
+            word_ends=word_ends(self.tgt_spm, self.ensemble.models[0].cfg.tgt_vocab_size)
+            if any(phrases)
+            else None,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]

@@ -13,6 +13,7 @@ from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import translate_sentences
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training.loss import label_smoothed_nll
@@ -60,10 +61,8 @@ def validate(
                 hyps = translate_sentences(
                     Ensemble([model]),
                     [data.src[i] for i in range(len(data))],
-                    cfg.decode,
-                    cfg.train.max_tokens,
+                    DecodeSettings(cfg.decode, batch_tokens=cfg.train.max_tokens, scores=False),
                     device,
-                    scores=False,
                 )
             hypotheses = [tgt_processor.decode(h[0].tokens if h else []) for h in hyps]
             references = [tgt_processor.decode(data.tgt[i].tolist()) for i in range(len(data))]

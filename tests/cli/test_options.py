@@ -4,6 +4,7 @@ default."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -12,7 +13,7 @@ from conftest import nmt
 
 from nmt_cli.commands import attend, serve, translate
 from nmt_cli.serving.limits import ServeLimits
-from nmt_cli.user_settings import DecodeOverrides
+from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig, TranslateJob
 
 DECODE_OPTIONS = ["--beam", 3, "--lenpen", 0.5, "--lenpen-style", "fairseq"]
 DECODE_OPTIONS += ["--max-len-a", 2, "--max-len-b", 7, "--min-len", 2]
@@ -20,9 +21,9 @@ DECODE = DecodeOverrides(beam=3, lenpen=0.5, lenpen_style="fairseq", max_len_a=2
 
 
 def handed_on(monkeypatch: pytest.MonkeyPatch, command: ModuleType, *args: object) -> dict[str, Any]:
-    """The keywords the command line calls `command.run` with."""
+    """The keywords the command line calls `command.run` with; its job, if any, as "job"."""
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(command, "run", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(command, "run", lambda *job, **kwargs: seen.update(kwargs, job=job))
     assert nmt(*args) == 0
     return seen
 
@@ -30,6 +31,32 @@ def handed_on(monkeypatch: pytest.MonkeyPatch, command: ModuleType, *args: objec
 def test_translate_hands_on_every_decode_option(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = handed_on(monkeypatch, translate, "translate", "-m", "m.pt", *DECODE_OPTIONS, "--shortlist")
     assert seen["decode"] == DecodeOverrides(**{**DECODE.given(), "shortlist": True})
+
+
+def test_translate_hands_on_every_job_and_runtime_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = ["-m", "a.pt", "-m", "b.pt", "-i", "in.txt", "-o", "out.txt", "--nbest", 3]
+    options += ["--batch-tokens", 100, "--buffer-size", 7, "--split-sentences", "--alignments"]
+    options += ["--format", "html", "--constraints", "--ordered-constraints", "--glossary", "terms.tsv"]
+    options += ["--device", "cpu", "--precision", "bf16", "--threads", 2, "--workers", 3]
+    seen = handed_on(monkeypatch, translate, "translate", *options)
+    paths = [Path("a.pt"), Path("b.pt")], Path("in.txt"), Path("out.txt")
+    assert seen["job"] == (
+        TranslateJob(*paths, 3, 100, 7, True, True, "html", True, True, Path("terms.tsv")),
+    )
+    assert seen["runtime"] == RuntimeConfig("cpu", "bf16", 2, 3)
+
+
+def test_translate_defaults_are_the_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = handed_on(monkeypatch, translate, "translate", "-m", "m.pt")
+    assert seen["job"] == (TranslateJob([Path("m.pt")]),)
+
+
+def test_attend_hands_on_its_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = ["-m", "m.pt", "--out-dir", "pictures", "-i", "in.txt", "--layer", 2, "--head", 1]
+    seen = handed_on(monkeypatch, attend, "attend", *options, "--format", "svg", "--batch-tokens", 50)
+    assert seen["job"] == (AttendJob(Path("m.pt"), Path("pictures"), Path("in.txt"), 2, 1, "svg", 50),)
+    seen = handed_on(monkeypatch, attend, "attend", "-m", "m.pt", "--out-dir", "pictures")
+    assert seen["job"] == (AttendJob(Path("m.pt"), Path("pictures")),)
 
 
 def test_attend_hands_on_its_decode_options(monkeypatch: pytest.MonkeyPatch) -> None:

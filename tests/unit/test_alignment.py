@@ -75,7 +75,7 @@ def test_links_recorded_during_search_are_the_teacher_forced_ones(beam: int, var
     src[2, 4:] = PAD_ID
     src[2, 3] = EOS_ID
     cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=5)
-    found = translate_batch(Ensemble([model]), src, cfg, nbest=beam, align=True)
+    found = translate_batch(Ensemble([model]), src, DecodeSettings(cfg, nbest=beam, alignments=True))
     for row, hyps in enumerate(found):
         source = src[row][(src[row] != PAD_ID) & (src[row] != EOS_ID)].numpy()
         for hyp in hyps:  # the n-best too: links move with their hypotheses

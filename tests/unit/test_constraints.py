@@ -13,6 +13,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.constraints import Constraints, Progress
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import beam_search, translate_batch
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
@@ -98,7 +99,7 @@ def test_a_sentence_without_phrases_is_searched_as_without_constraints() -> None
 def test_an_ensemble_and_beam_one_meet_them_too() -> None:
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
     ensemble = Ensemble([tiny(0), tiny(1)])
-    found = translate_batch(ensemble, sources(), decode(beam=1), constraints=constraints)
+    found = translate_batch(ensemble, sources(), DecodeSettings(decode(beam=1)), constraints=constraints)
     for hyps, phrases in zip(found, PHRASES, strict=True):
         assert all(contains(hyps[0].tokens, p) >= 0 for p in phrases)
 
@@ -175,10 +176,15 @@ def test_at_the_length_limit_a_hypothesis_that_met_its_phrases_comes_first() -> 
 def test_beam_one_translates_a_sentence_without_phrases_as_greedy_search_whatever_its_batch() -> None:
     model = tiny()
     for early_stopping in (False, True):
-        cfg = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, early_stopping=early_stopping)
-        alone = translate_batch(Ensemble([model]), sources(), cfg)
+        settings = DecodeSettings(
+            DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, early_stopping=early_stopping)
+        )
+        alone = translate_batch(Ensemble([model]), sources(), settings)
         mixed = translate_batch(
-            Ensemble([model]), sources(), cfg, constraints=Constraints.of(PHRASES, False, torch.device("cpu"))
+            Ensemble([model]),
+            sources(),
+            settings,
+            constraints=Constraints.of(PHRASES, False, torch.device("cpu")),
         )
         for row, phrases in enumerate(PHRASES):
             if not phrases:
