@@ -26,7 +26,7 @@ from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.ranking import top_k
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
-from nmt_cli.decoding.settings import DecodeSettings, Sampling
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
@@ -89,25 +89,20 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int, fo
 
 @torch.inference_mode()
 def greedy_search(
-    ensemble: Ensemble,
-    src: Tensor,
-    cfg: DecodeConfig,
-    sampling: Sampling | None = None,
-    vocab: Tensor | None = None,
-    scores: bool = True,
-    align: bool = False,
+    ensemble: Ensemble, src: Tensor, settings: DecodeSettings, vocab: Tensor | None = None
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
-    `sampling`; finished rows leave the batch. Of `cfg`, only the length limits apply. `vocab`:
-    the target ids to choose from (a shortlist), None for all. `scores=False`: the hypotheses'
-    scores are not wanted (NaN), so that the search takes the largest logit and skips the
-    softmax, as CTranslate2 does (5% of greedy decoding's time with an 8,000-piece vocabulary).
-    `align`: each hypothesis with its links (`Hypothesis.links`)."""
-    normalize = scores or sampling is not None
+    `settings.sampling`; finished rows leave the batch. Of the search settings, only the length
+    limits apply. `vocab`: the target ids to choose from (a shortlist), None for all. Without
+    `settings.scores` the hypotheses' scores are not wanted (NaN), so that the search takes the
+    largest logit and skips the softmax, as CTranslate2 does. With `settings.alignments`, each
+    hypothesis has its links (`Hypothesis.links`)."""
+    cfg, sampling = settings.search, settings.sampling
+    normalize = settings.scores or sampling is not None
     n, device = src.shape[0], src.device
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
-    batch = ensemble.start(src, 1, vocab, align)
+    batch = ensemble.start(src, 1, vocab, settings.alignments)
     out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
     totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
@@ -293,7 +288,7 @@ def translate_batch(
     if constraints is not None and vocab is not None:
         vocab = constraints.with_pieces(vocab)
     if constraints is None and greedy:
-        return greedy_search(ensemble, src, cfg, sampling, vocab, settings.scores, align)
+        return greedy_search(ensemble, src, settings, vocab)
     return beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
 
 

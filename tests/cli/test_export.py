@@ -25,6 +25,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import greedy_search
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec
 
 
@@ -79,7 +80,9 @@ def test_every_weight_lands_in_its_place(variant: dict, tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     sources = [rng.integers(4, 48, size=int(rng.integers(1, 12))) for _ in range(24)]
     cfg = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=20, min_len=0)
-    ours = [h[0].tokens for h in greedy_search(Ensemble([model]), collate(sources)["src"], cfg)]
+    ours = [
+        h[0].tokens for h in greedy_search(Ensemble([model]), collate(sources)["src"], DecodeSettings(cfg))
+    ]
     translator = ctranslate2.Translator(str(tmp_path / "m"), device="cpu", compute_type="float32")
     # nmt never emits <pad> or <s>; CTranslate2 is told the same (a random model may prefer them).
     results = translator.translate_batch(

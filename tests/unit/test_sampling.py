@@ -21,7 +21,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.search import greedy_search
-from nmt_cli.decoding.settings import Sampling
+from nmt_cli.decoding.settings import DecodeSettings, Sampling
 from nmt_cli.decoding.workers import can_fork
 from nmt_cli.errors import InputError
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -192,6 +192,11 @@ def model():
         yield tiny_model(VOCAB, seed=3)
 
 
+def searched(model, src: torch.Tensor, sampling: Sampling | None = None, cfg: DecodeConfig | None = None):
+    """Greedy search of `model` (`decoding()` unless `cfg`), or its draws with `sampling`."""
+    return greedy_search(Ensemble([model]), src, DecodeSettings(cfg or decoding(), sampling=sampling))
+
+
 @pytest.mark.parametrize(
     "sampling",
     [
@@ -207,8 +212,8 @@ def model():
 def test_degenerate_sampling_is_greedy_search(model, sampling: Sampling) -> None:
     src = sources()
     with one_thread():
-        greedy = greedy_search(Ensemble([model]), src, decoding())
-        drawn = greedy_search(Ensemble([model]), src, decoding(), sampling)
+        greedy = searched(model, src)
+        drawn = searched(model, src, sampling)
     assert [t for t, _ in hyps(drawn)] == [t for t, _ in hyps(greedy)]
     assert [s for _, s in hyps(drawn)] == pytest.approx([s for _, s in hyps(greedy)], abs=1e-5)
 
@@ -218,9 +223,9 @@ def test_real_sampling_leaves_greedy_search(model) -> None:
     samples are rarely the greedy translation."""
     src = sources()
     with one_thread():
-        greedy = [t for t, _ in hyps(greedy_search(Ensemble([model]), src, decoding()))]
+        greedy = [t for t, _ in hyps(searched(model, src))]
         for sampling in (Sampling("topk", topk=5, seed=1), Sampling("topp", topp=0.9, seed=1)):
-            drawn = [t for t, _ in hyps(greedy_search(Ensemble([model]), src, decoding(), sampling))]
+            drawn = [t for t, _ in hyps(searched(model, src, sampling))]
             assert sum(a != b for a, b in zip(drawn, greedy, strict=True)) >= len(greedy) // 2
 
 
@@ -230,7 +235,7 @@ def test_samples_keep_the_length_limits_and_score_as_the_model_does(model, min_l
     cfg = decoding(min_len)
     longest = (src != PAD_ID).sum(dim=1) - 1 + cfg.max_len_b  # pieces before the final EOS
     with one_thread():
-        drawn = greedy_search(Ensemble([model]), src, cfg, Sampling("topk", topk=0, temperature=2.0, seed=9))
+        drawn = searched(model, src, Sampling("topk", topk=0, temperature=2.0, seed=9), cfg)
         for row, (tokens, score) in enumerate(hyps(drawn)):
             assert min(min_len, int(longest[row])) <= len(tokens) <= int(longest[row])
             assert not {PAD_ID, BOS_ID, EOS_ID} & set(tokens)
@@ -248,13 +253,13 @@ def test_a_row_samples_the_same_alone_as_in_its_batch(model) -> None:
     src = sources(rows=6, seed=4)
     drawn = Sampling("topp", topp=0.9, temperature=1.5, seed=21)
     with one_thread():
-        together = hyps(greedy_search(Ensemble([model]), src, decoding(), drawn))
+        together = hyps(searched(model, src, drawn))
         for row in range(src.shape[0]):
             alone = src[row : row + 1, : int((src[row] != PAD_ID).sum())]
-            ((tokens, score),) = hyps(greedy_search(Ensemble([model]), alone, decoding(), drawn))
+            ((tokens, score),) = hyps(searched(model, alone, drawn))
             assert tokens == together[row][0]
             assert score == pytest.approx(together[row][1], abs=1e-4)
-        reordered = hyps(greedy_search(Ensemble([model]), src.flip(0), decoding(), drawn))[::-1]
+        reordered = hyps(searched(model, src.flip(0), drawn))[::-1]
     assert [t for t, _ in reordered] == [t for t, _ in together]
 
 

@@ -11,6 +11,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding import ensemble
 from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.search import beam_search, greedy_search, length_penalty, top_k
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -40,7 +41,7 @@ def sources(vocab: int, rows: int = 5) -> torch.Tensor:
 def test_beam_one_equals_greedy():
     model = tiny(30)
     src = sources(30)
-    greedy = greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
+    greedy = greedy_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5)))
     beam = beam_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
 
@@ -119,8 +120,8 @@ def test_incremental_and_full_recompute_decoding_agree(variant):
         assert [[h.tokens for h in hs] for hs in fast] == [[h.tokens for h in hs] for hs in slow]
         for hs, gs in zip(fast, slow, strict=True):
             assert [h.score for h in hs] == pytest.approx([g.score for g in gs], abs=1e-4)
-        greedy_fast = greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
-        greedy_slow = greedy_search(Recompute([model]), src, decoding(1, 0.6, "gnmt", 1.0, 6))
+        greedy_fast = greedy_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 6)))
+        greedy_slow = greedy_search(Recompute([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 6)))
     assert [h[0].tokens for h in greedy_fast] == [h[0].tokens for h in greedy_slow]
 
 
@@ -133,8 +134,8 @@ def test_greedy_search_without_scores_takes_the_same_pieces(models):
     src = sources(30, rows=8)
     cfg = decoding(1, 0.6, "gnmt", 1.0, 6)
     for vocab in (None, torch.tensor([0, 1, 2, 3, 5, 8, 9, 13, 21, 22, 29])):
-        scored = greedy_search(ensemble, src, cfg, vocab=vocab)
-        plain = greedy_search(ensemble, src, cfg, vocab=vocab, scores=False)
+        scored = greedy_search(ensemble, src, DecodeSettings(cfg), vocab=vocab)
+        plain = greedy_search(ensemble, src, DecodeSettings(cfg, scores=False), vocab=vocab)
         assert [h[0].tokens for h in plain] == [h[0].tokens for h in scored]
         assert all(h[0].score == h[0].score for h in scored)  # real numbers
         assert all(h[0].score != h[0].score for h in plain)  # NaN: not computed
@@ -162,7 +163,7 @@ def test_outputs_respect_the_maximum_length():
     src = sources(30)
     for hyps in (
         beam_search(Ensemble([model]), src, decoding(4, 0.6, "gnmt", 0.0, 3)),
-        greedy_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 0.0, 3)),
+        greedy_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 0.0, 3))),
     ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)
 
@@ -197,7 +198,7 @@ def test_a_non_empty_source_gets_a_non_empty_translation(beam):
     hyps = beam_search(EndsAtOnce([model]), src, decoding(beam, 0.6, "gnmt", 1.0, 5), nbest=nbest)
     assert all(len(h.tokens) >= 1 for sentence in hyps for h in sentence)
     assert all(len(sentence) == nbest for sentence in hyps)
-    greedy = greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
+    greedy = greedy_search(EndsAtOnce([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5)))
     assert all(len(h[0].tokens) >= 1 for h in greedy)
 
 
@@ -205,28 +206,37 @@ def test_min_len_zero_allows_an_empty_translation_and_max_len_wins_over_min_len(
     model, src = tiny(30), sources(30)
     assert all(
         h[0].tokens == []
-        for h in greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5, min_len=0))
+        for h in greedy_search(
+            EndsAtOnce([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5, min_len=0))
+        )
     )
     assert all(
         h[0].tokens == []
         for h in beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 1.0, 5, min_len=0))
     )
-    longer = greedy_search(EndsAtOnce([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5, min_len=3))
+    longer = greedy_search(
+        EndsAtOnce([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5, min_len=3))
+    )
     assert all(len(h[0].tokens) == 3 for h in longer)
     # max_len_a 0, max_len_b 2: at most two tokens before EOS, whatever min_len asks.
     capped = beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 0.0, 2, min_len=10))
     assert all(len(h[0].tokens) == 2 for h in capped)
 
 
+def searched(ensemble: Ensemble, src: torch.Tensor, cfg: DecodeConfig, vocab: torch.Tensor | None = None):
+    """Greedy search at beam 1; beam search and its whole n-best otherwise."""
+    if cfg.beam == 1:
+        return greedy_search(ensemble, src, DecodeSettings(cfg), vocab)
+    return beam_search(ensemble, src, cfg, cfg.beam, vocab)
+
+
 def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one():
     model, src = tiny(30), sources(30)
     everything = torch.arange(30)
-    for beam, nbest in ((1, 1), (4, 4)):
+    for beam in (1, 4):
         cfg = decoding(beam, 0.6, "gnmt", 1.0, 5)
-        search = greedy_search if beam == 1 else beam_search
-        extra = {} if beam == 1 else {"nbest": nbest}
-        plain = search(Ensemble([model]), src, cfg, **extra)
-        listed = search(Ensemble([model]), src, cfg, vocab=everything, **extra)
+        plain = searched(Ensemble([model]), src, cfg)
+        listed = searched(Ensemble([model]), src, cfg, everything)
         assert [[(h.tokens, h.score) for h in s] for s in listed] == [
             [(h.tokens, h.score) for h in s] for s in plain
         ]
@@ -246,10 +256,8 @@ def test_a_shortlist_searches_as_if_the_other_pieces_were_impossible(beam):
         outside[vocab] = False
         masked.output_bias[outside] = float("-inf")
     cfg = decoding(beam, 0.6, "gnmt", 1.0, 6)
-    search = greedy_search if beam == 1 else beam_search
-    extra = {} if beam == 1 else {"nbest": beam}
-    listed = search(Ensemble([model]), src, cfg, vocab=vocab, **extra)
-    full = search(Ensemble([masked]), src, cfg, **extra)
+    listed = searched(Ensemble([model]), src, cfg, vocab)
+    full = searched(Ensemble([masked]), src, cfg)
     assert [[h.tokens for h in s] for s in listed] == [[h.tokens for h in s] for s in full]
     for got, want in zip(listed, full, strict=True):
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)

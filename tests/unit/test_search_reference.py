@@ -14,6 +14,7 @@ from test_search import tiny
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import beam_search, greedy_search, length_penalty
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -116,7 +117,7 @@ def test_greedy_search_is_the_textbook_search_of_beam_one(count: int, variant: d
             beam=1, lenpen=0.8, lenpen_style="fairseq", max_len_a=a, max_len_b=b, min_len=min_len
         )
         with torch.inference_mode():
-            fast = greedy_search(Ensemble(ensemble), src, cfg)
+            fast = greedy_search(Ensemble(ensemble), src, DecodeSettings(cfg))
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, 1) for i in range(src.shape[0])]
         assert [h[0].tokens for h in fast] == [hyps[0][0] for hyps in slow]
         for hyps, want in zip(fast, slow, strict=True):
