@@ -50,12 +50,13 @@ def run(
     sampling: Sampling | None = None,
 ) -> None:
     """Translate `job.input_path` (stdin) to `job.output_path` (stdout) by beam search, or by
-    `sampling`. `split_sentences`: each line sentence by sentence; `alignments`: each translation
-    followed by a tab and its word alignment (Pharaoh's "i-j" pairs); `text_format` "html": each
-    line an HTML fragment, translated with its markup kept (its blocks sentence by sentence).
-    `constraints`: each line is the source, then a tab before each phrase its translation must
-    contain (fairseq-interactive's --constraints), in that order with `ordered_constraints`;
-    `glossary`: a TSV of terms enforced where a sentence holds their source side (`data.glossary`)."""
+    `sampling`. Of the job: `split_sentences`, each line sentence by sentence; `alignments`, each
+    translation followed by a tab and its word alignment (Pharaoh's "i-j" pairs); `text_format`
+    "html", each line an HTML fragment, translated with its markup kept (its blocks sentence by
+    sentence); `constraints`, each line is the source, then a tab before each phrase its
+    translation must contain (fairseq-interactive's --constraints), in that order with
+    `ordered_constraints`; `glossary`, a TSV of terms enforced where a sentence holds their source
+    side (`data.glossary`)."""
     models, input_path, output_path, nbest = job.models, job.input_path, job.output_path, job.nbest
     reporter = Reporter(quiet)
     _check_options(job)

@@ -80,8 +80,9 @@ class Sampling:
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """One call's settings with every rule checked (made by `resolve`). Frozen and comparable:
-    `nmt serve` decodes requests with equal settings together."""
+    """One call's settings with every rule checked (made by `resolve` from what a user gave; code
+    that decodes a recipe's own settings, as validation does, builds it directly). Frozen and
+    comparable: `nmt serve` decodes requests with equal settings together."""
 
     search: DecodeConfig
     nbest: int = 1
