@@ -3,11 +3,13 @@
 Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler; the
 host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
 process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
-the paper's base and big models; bf16 against fp32 decoding with and without cuDNN attention;
-constrained decoding with word alignment read during the search, against the CPU's; fairseq
-beside nmt, training and decoding the same data in the same run (bench/side_by_side.py;
-skipped where fairseq is not importable). Each step is {"name", "ok", figures..., "error" when
-it failed}; a failing step does not stop the others, and the exit status is 1 when any failed.
+the paper's base and big models; training through torch.compile against the eager model
+(`--compile-modes`, e.g. default,reduce-overhead for CUDA graphs); bf16 against fp32 decoding
+with and without cuDNN attention; constrained decoding with word alignment read during the
+search, against the CPU's; fairseq beside nmt, training and decoding the same data in the same
+run (bench/side_by_side.py; skipped where fairseq is not importable). Each step is {"name",
+"ok", figures..., "error" when it failed}; a failing step does not stop the others, and the exit
+status is 1 when any failed.
 
 On a machine without CUDA the same steps run on CPU with a tiny model and the report says
 "device": "cpu", "dry_run": true (fp16 and NCCL are skipped): CI runs that to keep the script
@@ -492,6 +494,61 @@ def throughput() -> Figures:
     return out
 
 
+def compiled(modes: list[str]) -> Figures:
+    """bf16 training through torch.compile of the model, as `train.compile` trains, against the
+    eager model: the same updates over a few batch shapes (the bounded set that padding to
+    multiples of 8 and length buckets give), timed once every shape has been compiled. Per mode:
+    target tokens/s, MFU, the ratio to eager, the first pass's seconds (compilation included) and
+    the first update's loss (the same model: equal but for dropout's draws and bf16 rounding)."""
+    cfg = BASE if CUDA else TINY
+    tokens, shapes, updates = (25000, 4, 12) if CUDA else (2000, 2, 4)
+    rng = np.random.default_rng(1)
+    kinds = [pinned(wmt_batch(tokens, cfg.tgt_vocab_size, rng)) for _ in range(shapes)]
+    batches = [kinds[i % shapes] for i in range(updates)]
+    targets = [int((b["tgt_out"] != 0).sum()) for b in batches]
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
+    peak, flops = matmul_peak(), 0.0
+    model, _ = train_model(cfg)
+    for batch in kinds:
+        with FlopCounterMode(display=False) as counter:
+            accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE)
+        flops += counter.get_total_flops() * (updates // shapes)
+    del model
+    out: Figures = {"model": "base" if CUDA else "tiny", "shapes": shapes, "updates": updates}
+    for mode in ["eager", *modes]:
+        torch._dynamo.reset()  # each mode compiles from nothing, as a new run would
+        model, opt = train_model(cfg)
+        net = model if mode == "eager" else torch.compile(model, mode=mode)
+        first = accumulate_gradients(net, [batches[0]], 0.1, "bf16", scaler, DEVICE)
+        opt.zero_grad(set_to_none=True)
+        sync()
+        start = time.perf_counter()
+        queued_updates(net, opt, batches, targets)  # the first pass compiles every shape
+        sync()
+        first_pass = time.perf_counter() - start
+        start = time.perf_counter()
+        queued_updates(net, opt, batches, targets)
+        sync()
+        seconds = time.perf_counter() - start
+        out[mode] = {
+            "first_loss": round(float(first.sums[0]) / first.tokens, 4),
+            "first_pass_s": round(first_pass, 2),
+            "target_tokens_per_s": round(sum(targets) / seconds),
+            "mfu": round(flops / seconds / peak, 4),
+        }
+        del model, opt, net
+        if CUDA:
+            torch.cuda.empty_cache()
+    eager = out["eager"]
+    for mode in modes:
+        out[mode]["over_eager"] = round(out[mode]["target_tokens_per_s"] / eager["target_tokens_per_s"], 3)
+    same = {
+        mode: abs(out[mode]["first_loss"] - eager["first_loss"]) <= 0.01 * eager["first_loss"]
+        for mode in modes
+    }
+    return {**out, **checks(**{f"{mode}_loss_as_eager": ok for mode, ok in same.items()})}
+
+
 def decode_attention() -> Figures:
     """Beam-4 decoding of the same sentences in fp32 and bf16, with the attention kernels nmt
     chooses on a GPU (no cuDNN attention, device.configure_cuda) and with torch's default choice:
@@ -617,6 +674,11 @@ def arguments(argv: list[str]) -> argparse.Namespace:
         default=45.0 if CUDA else 20.0,
         help="training seconds of each toolkit in side_by_side",
     )
+    parser.add_argument(
+        "--compile-modes",
+        default="default",
+        help="torch.compile modes the compiled step measures against eager (e.g. default,reduce-overhead)",
+    )
     parser.add_argument("--only", default="", help="comma-separated step names to run, in this order")
     return parser.parse_args(argv)  # fmt: skip
 
@@ -642,6 +704,7 @@ def main(argv: list[str]) -> int:
             "torchrun": lambda: torchrun(root),
             "sdpa": sdpa,
             "throughput": throughput,
+            "compiled": lambda: compiled([m for m in args.compile_modes.split(",") if m]),
             "decode_attention": decode_attention,
             "constraints_and_alignment": constraints_and_alignment,
             "side_by_side": lambda: side_by_side(args.data, root / "side_by_side", args.seconds),
