@@ -37,17 +37,23 @@ class Finished:
 
     def take_free_slots(self, c: Candidates, history: Tensor, active: Tensor, t: int, penalty: float) -> None:
         """Early stopping: the ending candidates take their sentence's free slots in rank order,
-        scored over `penalty`; those beyond K are dropped."""
-        k = self.scores.shape[1]
-        slot = self.count[active].unsqueeze(1) + c.ending.long().cumsum(dim=1) - 1
-        finish = c.ending & (slot < k)
-        if bool(finish.any()):
-            row, col = finish.nonzero(as_tuple=True)
-            sent, s = active[row], slot[row, col]
-            self.scores[sent, s] = c.scores[row, col].double() / penalty
-            self.tokens[sent, s, :t] = history[row, c.beams[row, col]]
-            self.tokens[sent, s, t] = EOS_ID
-            self.count[active] += finish.sum(dim=1)
+        scored over `penalty`; those beyond K are dropped. Written by scattering the first K
+        candidates (only they may end) into K + 1 slots, where the spare last one takes those
+        that do not finish: the search never reads back which ones do. A slot is free until
+        filled, PAD past its EOS, so only the first t + 1 positions change."""
+        a, k = active.numel(), self.scores.shape[1]
+        ending = c.ending[:, :k]
+        slot = self.count[active].unsqueeze(1) + ending.long().cumsum(dim=1) - 1
+        finish = ending & (slot < k)
+        target = torch.where(finish, slot, k)  # (A, K)
+        scores = torch.cat([self.scores[active], self.scores.new_full((a, 1), float("-inf"))], dim=1)
+        scores.scatter_(1, target, c.scores[:, :k].double() / penalty)
+        ended = self.tokens.new_full((a, k, t + 1), EOS_ID)
+        ended[:, :, :t] = history.gather(1, c.beams[:, :k, None].expand(-1, -1, t))
+        tokens = torch.cat([self.tokens[active, :, : t + 1], ended[:, :1]], dim=1)
+        tokens.scatter_(1, target.unsqueeze(-1).expand(-1, -1, t + 1), ended)
+        self.scores[active], self.tokens[active, :, : t + 1] = scores[:, :k], tokens[:, :k]
+        self.count[active] += finish.sum(dim=1)
 
     def keep_best(self, scores: Tensor, tokens: Tensor, active: Tensor) -> None:
         """The K best of each active sentence's finished hypotheses and of its candidates

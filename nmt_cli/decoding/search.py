@@ -74,13 +74,32 @@ def max_lengths(src: Tensor, a: float, b: int, limit: int) -> Tensor:
     return (a * (src_len - 1).double() + b + 1).clamp(min=1, max=limit).long()
 
 
-def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int, force_eos: bool = True) -> None:
+PRUNE_EVERY_ON_DEVICE = 8
+"""Steps between two prunings of finished sentences on an accelerator. Pruning reads back which
+sentences are done, and the host then waits for the device; between two prunings nothing is read
+back, and finished sentences stay in the batch, their results frozen, at the cost of decoding
+their rows for up to 7 more steps."""
+
+
+def prune_interval(device: torch.device) -> int:
+    """Steps between prunings: every step on a CPU, where the work saved pays at once, and
+    `PRUNE_EVERY_ON_DEVICE` on an accelerator."""
+    return 1 if device.type == "cpu" else PRUNE_EVERY_ON_DEVICE
+
+
+def _constrain_length(
+    log_probs: Tensor, t: int, limit: Tensor, min_len: int, force_eos: bool = True, on_device: bool = False
+) -> None:
     """At step t (0-based): rows at their maximum length may only end (EOS; unless not
     `force_eos`: then their last piece is any, as transformers' generate stops at max_length);
-    below min_len, rows may not end yet. `limit` holds each row's maximum length, EOS included."""
+    below min_len, rows may not end yet. `limit` holds each row's maximum length, EOS included.
+    `on_device`: by a mask over every row, without reading back which rows are at their limit."""
     forced = t + 1 >= limit
-    rows = forced.nonzero()[:, 0] if force_eos else forced.new_zeros(0, dtype=torch.long)
-    if rows.numel():  # by row index: a boolean-mask write would pass over every row's vocabulary
+    if force_eos and on_device:
+        others = torch.arange(log_probs.shape[1], device=log_probs.device) != EOS_ID
+        log_probs.masked_fill_(forced.unsqueeze(1) & others, float("-inf"))
+    elif force_eos:  # by row index: a boolean-mask write would pass over every row's vocabulary
+        rows = forced.nonzero()[:, 0]
         log_probs[rows, :EOS_ID] = float("-inf")
         log_probs[rows, EOS_ID + 1 :] = float("-inf")
     if t < min_len:
@@ -89,43 +108,52 @@ def _constrain_length(log_probs: Tensor, t: int, limit: Tensor, min_len: int, fo
 
 @torch.inference_mode()
 def greedy_search(
-    ensemble: Ensemble, src: Tensor, settings: DecodeSettings, vocab: Tensor | None = None
+    ensemble: Ensemble,
+    src: Tensor,
+    settings: DecodeSettings,
+    vocab: Tensor | None = None,
+    prune_every: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
-    `settings.sampling`; finished rows leave the batch. Of the search settings, only the length
-    limits apply. `vocab`: the target ids to choose from (a shortlist), None for all. Without
-    `settings.scores` the hypotheses' scores are not wanted (NaN), so that the search takes the
-    largest logit and skips the softmax, as CTranslate2 does. With `settings.alignments`, each
-    hypothesis has its links (`Hypothesis.links`)."""
+    `settings.sampling`; finished rows leave the batch every `prune_every` steps (by default
+    `prune_interval` of the device). Of the search settings, only the length limits apply.
+    `vocab`: the target ids to choose from (a shortlist), None for all. Without `settings.scores`
+    the hypotheses' scores are not wanted (NaN), so that the search takes the largest logit and
+    skips the softmax, as CTranslate2 does. With `settings.alignments`, each hypothesis has its
+    links (`Hypothesis.links`)."""
     cfg, sampling = settings.search, settings.sampling
     normalize = settings.scores or sampling is not None
     n, device = src.shape[0], src.device
+    every = prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
+    max_steps = int(limit.max())
     batch = ensemble.start(src, 1, vocab, settings.alignments)
-    out = torch.full((n, int(limit.max())), PAD_ID, dtype=torch.long, device=device)
+    out = torch.full((n, max_steps), PAD_ID, dtype=torch.long, device=device)
     totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
+    ended = torch.zeros(n, dtype=torch.bool, device=device)  # rows that have ended, until pruned
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
-    for t in range(int(limit.max())):
+    for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch, normalize)  # (A, V); logits when not normalize
-        _constrain_length(log_probs, t, limit[active], cfg.min_len)
+        _constrain_length(log_probs, t, limit[active], cfg.min_len, on_device=every > 1)
         if sampling is None:
             best, tokens = top_k(log_probs, 1)  # (A, 1)
         else:
             assert keys is not None
             tokens = draw(log_probs, sampling, uniforms(keys[active], t))
             best = log_probs.gather(1, tokens)
-        out[active, t] = batch.stored(tokens[:, 0])
+        out[active, t] = batch.stored(tokens[:, 0])  # past a row's EOS, cut off by `_strip`
         if normalize:
-            totals[active] += best[:, 0]
-        running = tokens[:, 0] != EOS_ID
-        if not bool(running.all()):
-            keep = running.nonzero()[:, 0]
+            totals[active] += best[:, 0].masked_fill(ended, 0.0)
+        ended |= tokens[:, 0] == EOS_ID
+        if (t + 1) % every == 0:
+            keep = (~ended).nonzero()[:, 0]
             if keep.numel() == 0:
                 break
-            active, tokens = active[keep], tokens[keep]
-            batch.reorder(keep, keep)
+            if keep.numel() < active.numel():
+                active, tokens, ended = active[keep], tokens[keep], ended[keep]
+                batch.reorder(keep, keep)
     return _hypotheses(out.unsqueeze(1), totals.unsqueeze(1), batch)
 
 
@@ -142,27 +170,29 @@ def beam_search(
     vocab: Tensor | None = None,
     constraints: Constraints | None = None,
     align: bool = False,
+    prune_every: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the `nbest` best hypotheses per sentence, best first; `vocab`:
     the target ids to search over (a shortlist), None for all; `constraints`: phrases each
-    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold); `align`:
-    each hypothesis with its links (`Hypothesis.links`).
+    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold; their
+    candidates come in the order of `constraints.candidates`); `align`: each hypothesis with
+    its links (`Hypothesis.links`).
 
     At each step the 2K best continuations are taken; an EOS among the first K finishes a
-    hypothesis (scored with the length penalty); the first K others continue. A sentence
-    is done when K hypotheses have finished (without `cfg.early_stopping`: once the best running
-    one, scored at its length, cannot beat the worst of the K best finished) or it reaches its
-    maximum length. The first step decodes one row per sentence (its K hypotheses would all be the
-    same), which then becomes K. With constraints, the candidates come in the order of
-    `constraints.candidates` instead of by score alone.
-    """
+    hypothesis (scored with the length penalty); the first K others continue. A sentence is done
+    when K hypotheses have finished (without `cfg.early_stopping`: once the best running one, at
+    its length, cannot beat the worst of the K best finished) or at its maximum length; done
+    sentences leave the batch every `prune_every` steps (`prune_interval`; with constraints, every
+    step). The first step decodes one row per sentence, which then becomes K."""
     n, k, device = src.shape[0], cfg.beam, src.device
+    every = 1 if constraints is not None else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
     batch = ensemble.start(src, 1, vocab, align)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
-    active = torch.arange(n, device=device)  # sentence ids still searching
+    active = torch.arange(n, device=device)  # sentence ids in the batch
+    done = torch.zeros(n, dtype=torch.bool, device=device)  # of the active sentences, until pruned
     scores = torch.zeros((n, 1), device=device)
     history = torch.empty((n, 1, 0), dtype=torch.long, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
@@ -170,9 +200,10 @@ def beam_search(
     for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch)  # (A*R, V), R rows per sentence
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
-        _constrain_length(log_probs, t, limit[active].repeat_interleave(r), cfg.min_len, cfg.early_stopping)
+        row_limit = limit[active].repeat_interleave(r)
+        _constrain_length(log_probs, t, row_limit, cfg.min_len, cfg.early_stopping, on_device=every > 1)
         if search is not None:
-            search.restrict(log_probs, active, t + 1 >= limit[active].repeat_interleave(r))
+            search.restrict(log_probs, active, t + 1 >= row_limit)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if search is None:
@@ -182,37 +213,43 @@ def beam_search(
         rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
         is_eos = top_tok == EOS_ID
         stored = batch.stored(top_tok, top_beam)
-        candidates = Candidates(top_scores, top_beam, top_tok, is_eos & top_scores.isfinite() & (rank < k))
+        ending = is_eos & top_scores.isfinite() & (rank < k) & ~done.unsqueeze(1)
         at_end = t + 1 >= limit[active]
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
-        _finish(fin, cfg.early_stopping, candidates, stored, history, active, at_end, penalty, search)
-
+        candidates = Candidates(top_scores, top_beam, top_tok, ending)
+        _finish(fin, cfg.early_stopping, candidates, stored, history, active, at_end & ~done, penalty, search)
         # Continue: the K best non-EOS candidates (there are always at least K).
         order = torch.where(is_eos, rank + rank.shape[1], rank)
         keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
         beams = top_beam.gather(1, keep_cols)
         scores = top_scores.gather(1, keep_cols)
-        new_tok = top_tok.gather(1, keep_cols)
+        tokens = top_tok.gather(1, keep_cols).reshape(-1, 1)
         history = _extended(history, beams, stored.gather(1, keep_cols))
         if search is not None:
             search.keep(keep_cols)
-        if cfg.early_stopping:
-            done = (fin.count[active] >= k) | at_end
-        else:  # done once the best running score at its length cannot beat the worst finished one
-            worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
-            done = (scores.amax(dim=1).double() / penalty <= worst) | at_end
-        keep = (~done).nonzero()[:, 0]
-        if keep.numel() == 0:
+        done |= _done(fin, cfg.early_stopping, scores, active, penalty) | at_end
+        keep = (~done).nonzero()[:, 0] if (t + 1) % every == 0 else None
+        if keep is not None and keep.numel() == 0:
             break
-        if search is not None:
+        if search is not None and keep is not None:
             search.progress = search.progress.select((keep.unsqueeze(1) * k + rank[:, :k]).flatten())
-        rows = (keep.unsqueeze(1) * r + beams[keep]).flatten()  # state rows of surviving hypotheses
-        sentences = keep if keep.numel() < a else None  # memory rows move only when sentences leave
-        batch.reorder(rows, sentences, beam=k)
+        if keep is None or keep.numel() == a:  # every sentence stays
+            batch.reorder((torch.arange(a, device=device).unsqueeze(1) * r + beams).flatten(), beam=k)
+        else:
+            batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep, beam=k)
+            active, done, scores, history = active[keep], done[keep], scores[keep], history[keep]
+            tokens = tokens.view(a, k)[keep].reshape(-1, 1)
         per_sentence = k
-        active, scores, history = active[keep], scores[keep], history[keep]
-        tokens = new_tok[keep].reshape(-1, 1)
     return _hypotheses(*fin.best(nbest), batch)
+
+
+def _done(fin: Finished, early_stopping: bool, scores: Tensor, active: Tensor, penalty: float) -> Tensor:
+    """Which active sentences are done: K hypotheses finished with early stopping; otherwise, once
+    the best running score (`scores`, (A, K)) at its length cannot beat the worst finished one."""
+    if early_stopping:
+        return fin.count[active] >= fin.scores.shape[1]
+    worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
+    return scores.amax(dim=1).double() / penalty <= worst
 
 
 def _extended(history: Tensor, beams: Tensor, new: Tensor) -> Tensor:

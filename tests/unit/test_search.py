@@ -1,6 +1,7 @@
 """Greedy and beam search: agreement with each other, with exhaustive search and with full recomputation."""
 
 import copy
+import dataclasses
 import itertools
 
 import pytest
@@ -10,8 +11,8 @@ from conftest import tiny_model
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding import ensemble
 from nmt_cli.decoding.ensemble import Batch, Ensemble
-from nmt_cli.decoding.search import beam_search, greedy_search, length_penalty, top_k
-from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty, top_k
+from nmt_cli.decoding.settings import DecodeSettings, Sampling
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -282,3 +283,114 @@ def test_top_k_is_torch_topk(width, k):
     finite = want.values.isfinite()
     assert torch.equal(got[0], want.values)
     assert torch.equal(got[1][finite], want.indices[finite])
+
+
+def ends_early(seed: int = 0) -> Transformer:
+    """A tiny model whose EOS is likely enough that its sentences end at scattered steps, not all
+    at their length limit."""
+    model = tiny(12, seed)
+    with torch.no_grad():
+        model.tgt_embed.tokens.weight[EOS_ID] *= 3.0
+    return model
+
+
+def scattered_sources() -> torch.Tensor:
+    """Twelve sentences of 1 to 7 pieces (EOS included)."""
+    src = torch.randint(4, 12, (12, 9), generator=torch.Generator().manual_seed(2))
+    for row in range(12):
+        src[row, 2 + row % 7 :] = PAD_ID
+        src[row, 1 + row % 7] = EOS_ID
+    return src
+
+
+class Counted(Ensemble):
+    """Records how many rows each step decodes: rows leave as sentences are pruned."""
+
+    def __init__(self, models: list[Transformer]):
+        super().__init__(models)
+        self.rows: list[int] = []
+
+    def step(self, tokens, batch, normalize=True):
+        self.rows.append(tokens.shape[0])
+        return super().step(tokens, batch, normalize)
+
+
+class NeverEndsTwice(Ensemble):
+    """A model that never says EOS right after EOS: rows that ended but were not pruned yet must
+    stay ended whatever the model says next."""
+
+    def step(self, tokens, batch, normalize=True):
+        log_probs = super().step(tokens, batch, normalize)
+        log_probs[:, EOS_ID].masked_fill_(tokens[:, -1] == EOS_ID, float("-inf"))
+        return log_probs
+
+
+def found(hyps: list[list[Hypothesis]]) -> list[list[tuple[list[int], list[int] | None]]]:
+    return [[(h.tokens, h.links) for h in sentence] for sentence in hyps]
+
+
+@pytest.mark.parametrize("early_stopping", [True, False])
+@pytest.mark.parametrize("align", [False, True])
+def test_beam_search_pruning_every_few_steps_finds_what_pruning_every_step_finds(early_stopping, align):
+    """On a GPU finished sentences leave the batch every few steps: in between they stay with
+    their results frozen. Every hypothesis, score and link must be those of a search that prunes
+    them at once, with sentences ending at many different steps."""
+    pair = [ends_early(0), ends_early(1)]
+    src = scattered_sources()
+    cfg = dataclasses.replace(decoding(4, 1.0, "gnmt", 1.5, 3), early_stopping=early_stopping)
+    vocab = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 10, 11])
+    for models, listed in ((pair[:1], None), (pair, vocab)):
+        counted = Counted(models)
+        at_once = beam_search(counted, src, cfg, 3, listed, align=align, prune_every=1)
+        assert len(set(counted.rows[1:])) >= 3  # sentences were done at several different steps
+        for every in (2, 5):
+            later = beam_search(Ensemble(models), src, cfg, 3, listed, align=align, prune_every=every)
+            assert found(later) == found(at_once)
+            for got, want in zip(later, at_once, strict=True):
+                assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
+
+
+class SureAfter(Ensemble):
+    """After `after` steps the model is all but certain of one word: a running hypothesis then
+    hardly loses score while its length penalty grows, so that a sentence done at one step would
+    look worth searching again at the next."""
+
+    def __init__(self, models: list[Transformer], after: int):
+        super().__init__(models)
+        self.after, self.steps = after, 0
+
+    def step(self, tokens, batch, normalize=True):
+        log_probs = super().step(tokens, batch, normalize)
+        self.steps += 1
+        if self.steps > self.after:
+            log_probs[:, 4:] -= 20.0
+            log_probs[:, 5] += 20.0
+        return log_probs.log_softmax(dim=-1)
+
+
+@pytest.mark.parametrize("style", ["gnmt", "fairseq"])
+def test_a_sentence_done_stays_done_until_it_is_pruned(style):
+    cfg = dataclasses.replace(decoding(4, 1.0, style, 1.5, 3), early_stopping=False)
+    src = scattered_sources()
+    at_once = beam_search(SureAfter([ends_early(0)], 2), src, cfg, 3, prune_every=1)
+    later = beam_search(SureAfter([ends_early(0)], 2), src, cfg, 3, prune_every=5)
+    assert found(later) == found(at_once)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"scores": True},
+        {"scores": False, "alignments": True},
+        {"sampling": Sampling("topk", topk=5, seed=3)},
+    ],
+)
+def test_greedy_search_pruning_every_few_steps_finds_what_pruning_every_step_finds(settings):
+    model, src = ends_early(0), scattered_sources()
+    call = DecodeSettings(decoding(1, 1.0, "gnmt", 1.5, 3), **settings)
+    counted = Counted([model])
+    at_once = greedy_search(counted, src, call, prune_every=1)
+    assert len(set(counted.rows)) >= 4  # sentences ended at several different steps
+    later = greedy_search(NeverEndsTwice([model]), src, call, prune_every=4)
+    assert found(later) == found(at_once)
+    assert [s[0].score for s in later] == pytest.approx([s[0].score for s in at_once], abs=1e-5, nan_ok=True)

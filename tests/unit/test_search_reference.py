@@ -4,7 +4,8 @@ The reference keeps a plain list of hypotheses per sentence and recomputes the w
 for every hypothesis at every step: no cache, no shared encoder memory, no first step decoded
 once, no finished sentence leaving a batch, no block-wise top-k. Whatever the fast path does to
 save work, its hypotheses must be the reference's (fp32), for every beam from 1 to 8, n-best
-lists, length limits and ensembles.
+lists, length limits and ensembles, whether finished sentences leave the batch at every step (as
+on a CPU) or every few steps (as on a GPU).
 """
 
 import pytest
@@ -87,27 +88,31 @@ LIMITS = [  # (max_len_a, max_len_b, min_len)
 BEAMS = [*range(1, 6), *(pytest.param(beam, marks=pytest.mark.slow) for beam in range(6, 9))]
 
 
+@pytest.mark.parametrize("prune_every", [1, 3])
 @pytest.mark.parametrize("count", [1, 2])
 @pytest.mark.parametrize("beam", BEAMS)
-def test_beam_search_is_the_textbook_search(beam: int, count: int) -> None:
+def test_beam_search_is_the_textbook_search(beam: int, count: int, prune_every: int) -> None:
     ensemble, src = models(count), sources()
     for (a, b, min_len), style in zip(LIMITS, ("gnmt", "fairseq", "gnmt"), strict=True):
         cfg = DecodeConfig(
             beam=beam, lenpen=0.8, lenpen_style=style, max_len_a=a, max_len_b=b, min_len=min_len
         )
         with torch.inference_mode():
-            fast = beam_search(Ensemble(ensemble), src, cfg, nbest=beam)
+            fast = beam_search(Ensemble(ensemble), src, cfg, nbest=beam, prune_every=prune_every)
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, beam) for i in range(src.shape[0])]
         assert [[h.tokens for h in hyps] for hyps in fast] == [[t for t, _ in hyps] for hyps in slow]
         for hyps, want in zip(fast, slow, strict=True):
             assert [h.score for h in hyps] == pytest.approx([s for _, s in want], abs=1e-4)
 
 
+@pytest.mark.parametrize("prune_every", [1, 3])
 @pytest.mark.parametrize("count", [1, 2])
 @pytest.mark.parametrize(
     "variant", [{}, {"norm": "pre"}, {"residual_attention": True, "attention_window": 2}]
 )
-def test_greedy_search_is_the_textbook_search_of_beam_one(count: int, variant: dict) -> None:
+def test_greedy_search_is_the_textbook_search_of_beam_one(
+    count: int, variant: dict, prune_every: int
+) -> None:
     """Greedy search's pieces are the reference's at beam 1, and its score is their summed
     log-probability (greedy search applies no length penalty: one hypothesis has nothing to
     be compared with)."""
@@ -117,7 +122,7 @@ def test_greedy_search_is_the_textbook_search_of_beam_one(count: int, variant: d
             beam=1, lenpen=0.8, lenpen_style="fairseq", max_len_a=a, max_len_b=b, min_len=min_len
         )
         with torch.inference_mode():
-            fast = greedy_search(Ensemble(ensemble), src, DecodeSettings(cfg))
+            fast = greedy_search(Ensemble(ensemble), src, DecodeSettings(cfg), prune_every=prune_every)
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, 1) for i in range(src.shape[0])]
         assert [h[0].tokens for h in fast] == [hyps[0][0] for hyps in slow]
         for hyps, want in zip(fast, slow, strict=True):
