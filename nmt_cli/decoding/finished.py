@@ -48,11 +48,12 @@ class Finished:
         target = torch.where(finish, slot, k)  # (A, K)
         scores = torch.cat([self.scores[active], self.scores.new_full((a, 1), float("-inf"))], dim=1)
         scores.scatter_(1, target, c.scores[:, :k].double() / penalty)
-        ended = self.tokens.new_full((a, k, t + 1), EOS_ID)
-        ended[:, :, :t] = history.gather(1, c.beams[:, :k, None].expand(-1, -1, t))
-        tokens = torch.cat([self.tokens[active, :, : t + 1], ended[:, :1]], dim=1)
-        tokens.scatter_(1, target.unsqueeze(-1).expand(-1, -1, t + 1), ended)
-        self.scores[active], self.tokens[active, :, : t + 1] = scores[:, :k], tokens[:, :k]
+        candidate_tokens = self.tokens.new_full((a, k, t + 1), EOS_ID)  # each one's history, then EOS
+        candidate_tokens[:, :, :t] = history.gather(1, c.beams[:, :k, None].expand(-1, -1, t))
+        tokens = torch.cat([self.tokens[active, :, : t + 1], candidate_tokens[:, :1]], dim=1)
+        tokens.scatter_(1, target.unsqueeze(-1).expand(-1, -1, t + 1), candidate_tokens)
+        self.scores[active] = scores[:, :k]
+        self.tokens[active, :, : t + 1] = tokens[:, :k]
         self.count[active] += finish.sum(dim=1)
 
     def keep_best(self, scores: Tensor, tokens: Tensor, active: Tensor) -> None:

@@ -78,7 +78,7 @@ PRUNE_EVERY_ON_DEVICE = 8
 """Steps between two prunings of finished sentences on an accelerator. Pruning reads back which
 sentences are done, and the host then waits for the device; between two prunings nothing is read
 back, and finished sentences stay in the batch, their results frozen, at the cost of decoding
-their rows for up to 7 more steps."""
+their rows until the next pruning (also when every sentence is done)."""
 
 
 def prune_interval(device: torch.device) -> int:
@@ -178,12 +178,11 @@ def beam_search(
     candidates come in the order of `constraints.candidates`); `align`: each hypothesis with
     its links (`Hypothesis.links`).
 
-    At each step the 2K best continuations are taken; an EOS among the first K finishes a
-    hypothesis (scored with the length penalty); the first K others continue. A sentence is done
-    when K hypotheses have finished (without `cfg.early_stopping`: once the best running one, at
-    its length, cannot beat the worst of the K best finished) or at its maximum length; done
-    sentences leave the batch every `prune_every` steps (`prune_interval`; with constraints, every
-    step). The first step decodes one row per sentence, which then becomes K."""
+    Each step takes the 2K best continuations; an EOS among the first K finishes a hypothesis
+    (scored with the length penalty), the first K others continue. A sentence is done when K have
+    finished (without `cfg.early_stopping`: once its best running one cannot beat its worst
+    finished one) or at its maximum length; done sentences leave the batch every `prune_every`
+    steps (`prune_interval`; with constraints, every step)."""
     n, k, device = src.shape[0], cfg.beam, src.device
     every = 1 if constraints is not None else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
@@ -228,15 +227,16 @@ def beam_search(
         if search is not None:
             search.keep(keep_cols)
         done |= _done(fin, cfg.early_stopping, scores, active, penalty) | at_end
-        keep = (~done).nonzero()[:, 0] if (t + 1) % every == 0 else None
-        if keep is not None and keep.numel() == 0:
-            break
-        if search is not None and keep is not None:
-            search.progress = search.progress.select((keep.unsqueeze(1) * k + rank[:, :k]).flatten())
-        if keep is None or keep.numel() == a:  # every sentence stays
+        if (t + 1) % every:  # no pruning at this step: every sentence stays, done or not
             batch.reorder((torch.arange(a, device=device).unsqueeze(1) * r + beams).flatten(), beam=k)
         else:
-            batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep, beam=k)
+            keep = (~done).nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            if search is not None:
+                search.progress = search.progress.select((keep.unsqueeze(1) * k + rank[:, :k]).flatten())
+            leaving = keep.numel() < a  # memory rows move only when sentences leave
+            batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep if leaving else None, beam=k)
             active, done, scores, history = active[keep], done[keep], scores[keep], history[keep]
             tokens = tokens.view(a, k)[keep].reshape(-1, 1)
         per_sentence = k
