@@ -39,6 +39,9 @@ KEPT = frozenset(
 )
 """Elements whose content is not text to translate."""
 URL = re.compile(r"^\s*(https?://|www\.)\S+\s*$")
+NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF], " ")
+"""Characters an HTML parser lets through but an lxml tree cannot hold: read as spaces, as HTML
+reads a form feed."""
 
 
 class MarkupError(InputError):
@@ -134,6 +137,8 @@ def _own_text(element: _Element) -> str:
 
 def _events(fragment: str) -> list[Event]:
     """The fragment as events, with each unit's text and inline markup gathered into one "unit"."""
+    # Lone surrogates become "?" (as `Translator` reads lines): lxml would drop the text after one.
+    fragment = fragment.encode("utf-8", "replace").decode("utf-8").translate(NOT_XML)
     try:
         root = html.fragment_fromstring(fragment, create_parent="div") if fragment.strip() else None
     except (ParserError, ValueError) as err:

@@ -136,6 +136,10 @@ def _checked(
 def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
     if not phrase.strip():
         raise ConstraintError(index, line, "an empty constraint: leave it out", source)
+    if not phrase.isascii() and not _is_unicode(phrase):
+        raise ConstraintError(
+            index, line, f"constraint {phrase!r} is not valid Unicode (a lone surrogate)", source
+        )
     ids = tuple(vocabulary.encode(phrase.strip()))
     if vocabulary.unk_id in ids:
         raise ConstraintError(
@@ -146,6 +150,14 @@ def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source:
             source,
         )
     return ids
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:

@@ -47,7 +47,10 @@ if TYPE_CHECKING:
     from nmt_cli.decoding.translator import Translator
 
 EXTRA = "pip install 'nmt-cli[serve]'"
-ROUTES = ("/", "/translate", "/languages", "/health", "/info", "/metrics")
+ROUTES = ("/", "/translate", "/languages", "/detect", "/frontend/settings", "/health", "/info", "/metrics")
+CROSS_ORIGIN = ("/translate", "/languages", "/detect", "/frontend/settings")
+"""The routes a page of any origin may call, as LibreTranslate lets browser clients call them;
+/info (model paths) and /metrics stay same-origin."""
 
 
 def require_extra() -> None:
@@ -78,8 +81,10 @@ def create_app(
         title="nmt", version=__version__, lifespan=_lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.service = service  # what the routes share, handed to them by `dependencies.shared_service`
+    app.add_middleware(CrossOrigin, paths=CROSS_ORIGIN)
     app.add_middleware(CountRequests, metrics=service.metrics)
     app.add_exception_handler(HTTPException, routes.http_error)  # 404, 405: JSON too
+    app.add_exception_handler(Exception, routes.failed)  # a bug: 500, JSON too
     for refusal in (BadRequest, libretranslate.Refused, routes.Unanswered):
         app.add_exception_handler(refusal, routes.refused)
     app.include_router(routes.nmt_routes())
@@ -128,3 +133,30 @@ class CountRequests:
         finally:
             path = scope.get("path", "")
             self.metrics.answered(path if path in ROUTES else "other", status, time.perf_counter() - start)
+
+
+class CrossOrigin:
+    """ASGI middleware: CORS (Starlette's) on `paths` only, allowing any origin without credentials;
+    a browser's preflight (OPTIONS) there is answered here."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], paths: Sequence[str]) -> None:
+        from starlette.middleware.cors import CORSMiddleware
+
+        self.app = app
+        self.paths = frozenset(paths)
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=["*"],
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=20 * 24 * 3600,
+        )
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        crossing = scope["type"] == "http" and scope.get("path") in self.paths
+        await (self.cors if crossing else self.app)(scope, receive, send)

@@ -120,12 +120,15 @@ class Batcher(Generic[Result]):
 
     def submit(self, lines: list[Line], key: DecodeSettings) -> Future[list[Result]]:
         """Queue `lines`; the future gets one result per line, in order (or the decode's error).
-        Raises QueueFull when the lines would take the queue past `max_queue`, Closed after close()."""
+        Raises QueueFull when the lines would take the queue past `max_queue` (a request larger than
+        the whole queue is taken when nothing waits), Closed after close()."""
         request: _Request[Result] = _Request(list(lines), key, time.monotonic())
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
-            if self._waiting_lines + len(lines) > self.max_queue:
+            # A request larger than the whole queue (its texts split into many sentences) is taken
+            # when nothing waits: refused always, its client's retries could never succeed.
+            if self._waiting_lines and self._waiting_lines + len(lines) > self.max_queue:
                 self.stats.rejected += 1
                 raise QueueFull(f"{self._waiting_lines} lines are waiting (at most {self.max_queue})")
             self._waiting_lines += len(lines)

@@ -5,7 +5,13 @@ server's connections (uvicorn's limit_concurrency counts open connections, howev
   connection (or, on a kept-alive connection, of its first byte): a client that sends part of a
   request, or nothing, gets 408 and is closed;
 - one client address holds at most `limits.max_client_connections` open connections: the next
-  gets 429 and is closed.
+  gets 429 and is closed;
+- the server holds at most `limits.max_connections`: past it, the oldest connection that has not
+  sent a whole request is closed with 503 to make room (idle connections from many addresses
+  cannot lock out a client with a request to make), and only where every connection has one
+  is the newcomer refused (503).
+
+Errors that uvicorn answers itself (a request that is not HTTP) get nmt's JSON error too.
 
 It imports uvicorn and h11 (the serve extra): `server` imports it only once the server runs.
 """
@@ -20,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from nmt_cli.serving.limits import ServeLimits
 
+RETRY_AFTER_S = 1
 LINGER_S = 2.0  # how long a refused connection is read and dropped before it is closed
 UNFINISHED = (h11.IDLE, h11.SEND_BODY)  # the client's states before its request is complete
 
@@ -32,6 +39,8 @@ class GuardedProtocol(H11Protocol):
     limits: ClassVar[ServeLimits]
     open_by_client: ClassVar[Counter[str]]
     """Open connections by client address, over all of the server's connections."""
+    live: ClassVar[dict["GuardedProtocol", None]]
+    """The server's connections not being closed, oldest first (a dict keeps insertion order)."""
 
     _deadline: asyncio.TimerHandle | None = None
     _address: str | None = None
@@ -40,16 +49,24 @@ class GuardedProtocol(H11Protocol):
     @classmethod
     def bounded_by(cls, limits: ServeLimits) -> type["GuardedProtocol"]:
         """The protocol class of one server: its limits and its own count of connections."""
-        return type(cls.__name__, (cls,), {"limits": limits, "open_by_client": Counter()})
+        shared = {"limits": limits, "open_by_client": Counter(), "live": {}}
+        return type(cls.__name__, (cls,), shared)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.live[self] = None
         if self.client:
             self._address = self.client[0]
             self.open_by_client[self._address] += 1
             if self.open_by_client[self._address] > self.limits.max_client_connections:
                 self._refuse_one_too_many()
                 return
+        if len(self.live) > self.limits.max_connections and not self._make_room():
+            message = (
+                f"the server holds its most connections ({self.limits.max_connections}), each with a request"
+            )
+            self._close_with(refusal(503, "Service Unavailable", f"{message}; retry later", retry=True))
+            return
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -63,6 +80,7 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.live.pop(self, None)
         if self._address is not None:
             self.open_by_client[self._address] -= 1
             if self.open_by_client[self._address] <= 0:
@@ -76,6 +94,28 @@ class GuardedProtocol(H11Protocol):
             f"{self._address}; reuse one (keep-alive) or wait for one to close"
         )
         self._close_with(refusal(429, "Too Many Requests", message))
+
+    def _make_room(self) -> bool:
+        """Close the oldest other connection still waiting for its request; False if none is."""
+        for other in self.live:
+            if other is not self and other._waiting_for_request():
+                message = (
+                    f"the server holds its most connections ({self.limits.max_connections}) and this one "
+                    "has sent no whole request; send a request once connected"
+                )
+                other._close_with(refusal(503, "Service Unavailable", message, retry=True))
+                return True
+        return False
+
+    def _waiting_for_request(self) -> bool:
+        # IDLE: not even a request's headers; SEND_BODY before the app answers: part of a body.
+        answered = self.cycle is not None and self.cycle.response_started
+        state = self.conn.their_state
+        return state is h11.IDLE or (state is h11.SEND_BODY and not answered)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not an HTTP request, as JSON (its own is plain text)."""
+        self._close_with(refusal(400, "Bad Request", f"not a valid HTTP/1.1 request ({msg.rstrip('.')})"))
 
     def _arm(self) -> None:
         self._deadline = self.loop.call_later(self.limits.request_timeout, self._too_slow)
@@ -106,6 +146,7 @@ class GuardedProtocol(H11Protocol):
             return
         self._refused = True
         self._disarm()
+        self.live.pop(self, None)
         if response:
             self.transport.write(response)
         if self.transport.can_write_eof():
@@ -115,11 +156,13 @@ class GuardedProtocol(H11Protocol):
             self.transport.close()
 
 
-def refusal(status: int, reason: str, message: str) -> bytes:
+def refusal(status: int, reason: str, message: str, retry: bool = False) -> bytes:
     """A whole HTTP/1.1 response with nmt's JSON error, closing the connection."""
     body = json.dumps({"error": message}).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n"
+        + (f"retry-after: {RETRY_AFTER_S}\r\n" if retry else "")
+        + "\r\n"
     )
     return head.encode("ascii") + body

@@ -126,7 +126,9 @@ def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
     if form not in ("text", "html"):
         raise Refused(400, f"Invalid request: format {form!r}: use text or html")
     alternatives = str(data.get("alternatives", 0) or 0)
-    if not alternatives.isdigit() or int(alternatives) > MAX_ALTERNATIVES:
+    # ASCII digits only: isdigit() takes "²", which int() refuses; and int() refuses 5,000 digits.
+    number = alternatives.isascii() and alternatives.isdecimal() and len(alternatives) <= 4
+    if not number or int(alternatives) > MAX_ALTERNATIVES:
         raise Refused(
             400, f"Invalid request: alternatives {alternatives!r}: a number from 0 to {MAX_ALTERNATIVES}"
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nmt_cli.errors import InputError
 from nmt_cli.ranges import SETTINGS, Allowed, Range, check_each
 
 # The values each option may take, declared as the decode settings' are (`ranges`).
@@ -40,13 +39,15 @@ class ServeLimits:
     """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
 
     def validate(self) -> None:
-        """Raises SettingError for a value out of its bounds, InputError for a rule between two."""
+        """Raises SettingError for a value out of its bounds. (A request of more lines than
+        --max-queue is taken when nothing waits.)"""
         check_each(BOUNDS, self)
-        if self.max_lines > self.max_queue:
-            raise InputError(
-                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
-                "such a request could never be queued"
-            )
+
+    @property
+    def max_connections(self) -> int:
+        """Open connections the server holds (a backstop: each may hold a body in memory); every
+        queued or decoding request has a line, so more than twice --max-queue is never needed."""
+        return 2 * self.max_queue + 64
 
     @property
     def max_body_bytes(self) -> int:

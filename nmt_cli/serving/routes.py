@@ -83,7 +83,8 @@ def _router(*routes: tuple[str, str, Callable[..., Any]], keyed: tuple[str, ...]
     router = APIRouter()
     for method, path, endpoint in routes:
         needs_key = [Depends(require_key)] if path in keyed else None
-        router.add_api_route(path, endpoint, methods=[method], dependencies=needs_key)
+        methods = [method, "HEAD"] if method == "GET" else [method]  # HEAD wherever GET (RFC 9110)
+        router.add_api_route(path, endpoint, methods=methods, dependencies=needs_key)
     return router
 
 
@@ -330,6 +331,13 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, HTTPException):
         raise exc
     return error(exc.status_code, f"{request.url.path}: {exc.detail}", exc.headers)
+
+
+async def failed(request: Request, exc: Exception) -> JSONResponse:
+    """A fault of the server's own: 500 in the same shape; the traceback goes to the log."""
+    return error(
+        500, f"{request.url.path}: the server failed ({type(exc).__name__}); its log has the details"
+    )
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

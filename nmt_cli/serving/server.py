@@ -76,8 +76,8 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
     log_config["loggers"]["nmt_cli"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     log_config["filters"] = {"hide_keys": {"()": HideKeys}}
     log_config["handlers"]["access"]["filters"] = ["hide_keys"]
-    # A backstop against a flood of connections (each may hold a body in memory): every queued or
-    # decoding request has at least one line, so more than twice --max-queue is never needed.
+    # The protocol bounds connections (limits.max_connections) itself: uvicorn's limit_concurrency
+    # would refuse a newcomer in plain text while idle connections hold every place.
     config = uvicorn.Config(
         app,
         http=guarded_protocol(limits),
@@ -85,7 +85,7 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
         log_level=level,
         access_log=not quiet,
         lifespan="on",
-        limit_concurrency=2 * limits.max_queue + 64,
+        limit_concurrency=None,
     )
     server = _graceful_server(config)
     server.run(sockets=[sock])

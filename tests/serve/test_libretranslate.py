@@ -145,6 +145,14 @@ def test_nmt_requests_name_their_pair_when_several_are_served(
             "Invalid request: alternatives '11'",
         ),
         (
+            {"q": "apple", "source": "en", "target": "de", "alternatives": "\u00b2"},  # isdigit(), not int()
+            "Invalid request: alternatives '\u00b2'",
+        ),
+        (
+            {"q": "apple", "source": "en", "target": "de", "alternatives": "1" * 5000},  # past int()'s limit
+            "Invalid request: alternatives '111",
+        ),
+        (
             {"q": "<b>apple</b>", "source": "en", "target": "de", "format": "html", "alternatives": 2},
             "Invalid request: alternatives are for format text",
         ),
@@ -253,7 +261,10 @@ def test_metrics_parse_with_prometheus_clients_parser(server: Server) -> None:
     for _ in range(3):
         assert server.post({"q": LINES, "source": "en", "target": "de"}).status_code == 200
     assert server.post({"q": "x", "source": "en", "target": "xx"}).status_code == 400
+    assert server.post({"q": "apple"}, path="/detect").status_code == 200
     after = _samples(server)
+    detect = ("nmt_requests_total", (("route", "/detect"), ("status", "200")))
+    assert after[detect] - before.get(detect, 0) == 1  # a route of its own, not "other"
     ok = ("nmt_requests_total", (("route", "/translate"), ("status", "200")))
     assert after[ok] - before.get(ok, 0) == 3
     bad = ("nmt_requests_total", (("route", "/translate"), ("status", "400")))
@@ -264,6 +275,34 @@ def test_metrics_parse_with_prometheus_clients_parser(server: Server) -> None:
     assert after[("nmt_workers_alive", (("pair", "en-de"),))] == 1
     families = {f.name for f in text_string_to_metric_families(server.get("/metrics").text)}
     assert {"nmt_request_seconds", "nmt_batch_lines", "nmt_source_tokens_translated"} <= families
+
+
+ORIGIN = {"Origin": "https://app.example"}
+
+
+def test_pages_of_any_origin_may_call_libretranslates_routes_but_not_info(server: Server) -> None:
+    # What a browser asks before it lets a page POST JSON to another origin, as LibreTranslate answers.
+    asked = {
+        **ORIGIN,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type",
+    }
+    preflight = httpx.options(server.url + "/translate", headers=asked, timeout=30)
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert "content-type" in preflight.headers["access-control-allow-headers"].lower()
+    body = {"q": LINES[0], "source": "en", "target": "de"}
+    posted = httpx.post(server.url + "/translate", json=body, headers=ORIGIN, timeout=60)
+    assert posted.status_code == 200 and posted.headers["access-control-allow-origin"] == "*"
+    assert (
+        httpx.get(server.url + "/languages", headers=ORIGIN, timeout=30).headers[
+            "access-control-allow-origin"
+        ]
+        == "*"
+    )
+    info = httpx.get(server.url + "/info", headers=ORIGIN, timeout=30)
+    assert info.status_code == 200 and "access-control-allow-origin" not in info.headers  # model paths
 
 
 def _samples(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,6 +1,7 @@
 """The page at / of `nmt serve`, driven in a real headless Chromium through selenium (Debian's
 `chromium` and `chromium-driver`, which .ci/run installs): it lists the served pairs, and a
-sentence typed and translated reads back as the Python API translates it with that pair."""
+sentence typed and translated reads back as the Python API translates it with that pair; and a
+page of another origin may call LibreTranslate's routes (CORS), but not read /info."""
 
 from __future__ import annotations
 
@@ -91,3 +92,27 @@ def test_page_errors_show_on_the_page(server: Server, browser: Any) -> None:
     status = (By.ID, "status")
     WebDriverWait(driver, 60).until(lambda d: d.find_element(*status).text != "")
     assert "at most 2000" in driver.find_element(*status).text
+
+
+FETCH = """
+const [url, body, done] = arguments;
+const init = body ? {method: "POST", headers: {"Content-Type": "application/json"}, body: body} : {};
+fetch(url, init).then(r => r.json()).then(j => done(j), e => done("refused: " + e));
+"""
+
+
+def test_a_page_of_another_origin_may_call_translate_but_not_read_info(
+    server: Server, browser: Any, pairs: Pairs
+) -> None:
+    import json
+
+    driver = browser
+    # localhost and 127.0.0.1 are two origins to the browser: the page's and the server's.
+    driver.get(server.url.replace("127.0.0.1", "localhost") + "/")
+    body = json.dumps({"q": SENTENCE, "source": "en", "target": "de"})
+    answer = driver.execute_async_script(FETCH, server.url + "/translate", body)
+    with one_thread():
+        expected = Translator.load(pairs.en_de, device="cpu", precision="fp32").translate([SENTENCE])[0]
+    assert answer == {"translatedText": expected}
+    info = driver.execute_async_script(FETCH, server.url + "/info", None)
+    assert isinstance(info, str) and info.startswith("refused: ")

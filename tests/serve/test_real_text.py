@@ -118,6 +118,8 @@ def test_nmts_own_route_gives_word_alignments_in_pharaoh_format(server: Server) 
         "<table><td>apple<tr>river",
         "apple <!-- river --> stone",
         "<p",
+        "<p>\x0bapple</p><p>\x0c</p>",
+        '<p title="\x01">apple</p>',
     ],
 )
 def test_malformed_html_is_repaired_never_a_server_error(server: Server, html: str) -> None:

@@ -218,6 +218,36 @@ def test_bad_requests_get_4xx_naming_the_field_and_never_reach_the_model(server:
     assert "Traceback" not in server.text()
 
 
+def test_head_answers_wherever_get_does(server: Server) -> None:
+    for path in ("/", "/health", "/languages"):
+        head = httpx.head(server.url + path, timeout=30)
+        assert head.status_code == 200 and head.content == b"", path
+        assert head.headers["content-type"] == server.get(path).headers["content-type"]
+
+
+def test_bytes_that_are_not_http_get_a_json_400(server: Server) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
+    assert json.loads(body)["error"].startswith("not a valid HTTP/1.1 request")
+
+
+def test_a_request_larger_than_the_whole_queue_is_answered(trained: TrainedRun, offline: Translator) -> None:
+    # Three texts of four sentences each: twelve lines for a queue of eight, which a refusal
+    # would never let through, however often the client retried.
+    texts = [" ".join(f"{s.capitalize()}." for s in sentences(4, seed=seed)) for seed in (21, 22, 23)]
+    with running_server(trained.checkpoint, "--max-queue", 8, "--max-lines", 8) as server:
+        response = server.post({"text": texts})
+        assert response.status_code == 200, response.text
+        assert server.stats()["lines"] == 12
+    assert response.json() == {"translations": translate_offline(offline, texts)}
+
+
 def test_a_client_that_goes_away_does_not_disturb_the_batch(server: Server, offline: Translator) -> None:
     body = json.dumps({"text": ["apple river stone"]}).encode()
     host, port = server.url.removeprefix("http://").split(":")
@@ -300,7 +330,7 @@ def test_without_the_extra_it_says_which_to_install(
 @pytest.mark.parametrize(
     "options, named",
     [
-        (["--max-lines", 10, "--max-queue", 5], "--max-lines"),
+        (["--max-queue", 0], "--max-queue -> must be an integer from 1"),
         (["--max-batch-tokens", 0], "--max-batch-tokens"),
         (["--max-wait-ms", -1], "--max-wait-ms"),
         (["--request-timeout", 0], "--request-timeout -> must be a number from 0.1"),

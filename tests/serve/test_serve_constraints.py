@@ -96,10 +96,19 @@ def test_requests_with_different_glossaries_get_their_own_terms(server: Server) 
         ),
         ({"text": ["apple"], "glossary": 5}, "glossary: an object of source term to target term"),
         ({"text": ["apple"], "ordered_constraints": "yes"}, "ordered_constraints: must be true or false"),
+        # JSON's escapes can spell a lone surrogate, which no encoder takes: sent as bytes.
+        (
+            b'{"text": ["apple"], "constraints": [["\\ud800"]]}',
+            "constraints[0]: constraint '\\ud800' is not valid",
+        ),
+        (
+            b'{"text": ["apple"], "glossary": {"apple": "\\udfff"}}',
+            "glossary: constraint '\\udfff' is not valid",
+        ),
     ],
 )
 def test_a_phrase_or_glossary_that_cannot_be_used_is_a_422_naming_it(
-    server: Server, body: dict, says: str
+    server: Server, body: dict | bytes, says: str
 ) -> None:
     response = server.post(body)
     assert response.status_code == 422, response.text

@@ -118,6 +118,39 @@ def test_one_address_holds_a_bounded_number_of_connections_and_others_are_served
     assert httpx.post(server.url + "/translate", json={"text": ["apple"]}, timeout=30).status_code == 200
 
 
+@pytest.fixture(scope="module")
+def crowded(trained: TrainedRun) -> Iterator[Server]:
+    # --max-queue 8: the server holds at most 2 * 8 + 64 = 80 connections. The long timeout keeps
+    # the held connections open for as long as the test needs them.
+    options = ["--max-queue", 8, "--max-lines", 8, "--max-client-connections", PER_CLIENT]
+    with running_server(trained.checkpoint, *options, "--request-timeout", 60) as running:
+        yield running
+
+
+def test_idle_connections_from_many_addresses_make_room_for_a_request(crowded: Server) -> None:
+    """Each address holds what it may, together more than the server holds: the oldest
+    connections without a request are closed (503) for newcomers, who are served."""
+    held: list[socket.socket] = []
+    try:
+        for i in range(84):  # from 14 addresses, PER_CLIENT each
+            sock = socket.socket()
+            sock.settimeout(10)
+            sock.bind((f"127.0.0.{10 + i // PER_CLIENT}", 0))
+            sock.connect(address(crowded))
+            if i % 2:
+                sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\n")
+            held.append(sock)
+        response = other_client_translates(crowded)
+        assert response.status_code == 200, response.text
+        # 84 held + the newcomer = 85 of 80: the five oldest made room.
+        assert [i for i, sock in enumerate(held) if not still_open(sock)] == list(range(5))
+        status, body, _ = answer(held[0], within=10)
+        assert status == 503 and "has sent no whole request" in body["error"]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_a_kept_alive_connection_is_timed_per_request(server: Server) -> None:
     """The timeout runs from a request's first byte, not from the connection: a client that sends
     whole requests on one connection, with pauses between them shorter than uvicorn's keep-alive,

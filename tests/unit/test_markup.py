@@ -77,6 +77,23 @@ def test_plain_blank_and_whitespace_fragments() -> None:
     ]
 
 
+def test_control_characters_read_as_spaces_and_lone_surrogates_as_question_marks() -> None:
+    # lxml's parser lets these through, but its tree refuses the controls and drops the text
+    # after a lone surrogate.
+    fragments = [
+        "<p>\x0bHello</p>",
+        "<p>Hi.</p><p>\x0c</p>",
+        '<p title="a\x01b">x\x00y</p>',
+        "<p>\ud800Hello</p>",
+    ]
+    assert translate_fragments(fragments, upper) == [
+        "<p> HELLO</p>",
+        "<p>HI.</p><p> </p>",
+        '<p title="a b">X Y</p>',
+        "<p>?HELLO</p>",
+    ]
+
+
 TAGS = st.sampled_from(["b", "i", "em", "strong", "span", "a", "p", "li", "br", "code", "div"])
 WORDS = st.sampled_from(["one", "two", "three", "&amp;", " ", "<", "x.", "Ünï"])
 
