@@ -8,6 +8,7 @@ and warnings are silent only with --quiet.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from functools import cached_property
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tqdm import tqdm
+
+from nmt_cli.files import atomic_write
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,6 +93,17 @@ class MetricsLog:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=False) + "\n")
 
+    def keep_until(self, update: int) -> None:
+        """Drop the records of updates after `update` (and a line cut short): what a killed
+        session wrote past its last checkpoint, which the resumed run writes again."""
+        if not self.path.is_file():
+            return
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        kept = [line for line in lines if _update_of(line) <= update]
+        if kept != lines:
+            with atomic_write(self.path, binary=True) as stream:
+                stream.writelines(kept)
+
     def read(self) -> list[dict]:
         if not self.path.exists():
             return []
@@ -100,3 +114,15 @@ class MetricsLog:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue  # a line cut short by a killed run, or damaged
         return records
+
+
+def _update_of(line: bytes) -> float:
+    """A metrics record's update (0 where it names none), or infinity for a line that is no record."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return math.inf
+    if not line.endswith(b"\n") or not isinstance(record, dict):
+        return math.inf
+    update = record.get("update", 0)
+    return update if isinstance(update, int | float) else 0

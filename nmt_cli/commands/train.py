@@ -26,7 +26,7 @@ from nmt_cli.errors import InputError, NmtError
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
-from nmt_cli.report import Reporter
+from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import distributed
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
@@ -128,7 +128,7 @@ def open_session(
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
     if world.is_main:
-        _prepare_run_directory(out, cfg)
+        _prepare_run_directory(out, cfg, update)
     model = _build_model(cfg, resume or init, dev, compile_model)
     processes = f" x {world.size} processes" if world.distributed else ""
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
@@ -180,13 +180,40 @@ def _checkpoints(
 ) -> tuple[checkpoint.Checkpoint | None, checkpoint.Checkpoint | None]:
     """The run's last checkpoint to resume, or else the --init-from one to start from (or neither)."""
     last = out / LAST
-    resume = checkpoint.load(last) if last.exists() else None
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
+    # A link to nowhere is loaded too, for its one-line error: never taken for a new run.
+    resume = checkpoint.load(last) if last.exists() or last.is_symlink() else None
+    if resume is None:
+        _nothing_else_in(out)
     if start is not None and resume is not None:
         reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
     init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
     return resume, init
+
+
+RUN_FILES = {".lock", "config.toml", "metrics.jsonl", "checkpoints"}
+
+
+def _nothing_else_in(out: Path) -> None:
+    """A new run starts in a new or empty directory, or in one of a run killed before its first
+    checkpoint: never over another run's checkpoints, nor over files nmt did not write."""
+    if not out.is_dir():
+        return
+    saved = checkpoint.numbered(out / "checkpoints")
+    if saved:
+        raise InputError(
+            f"--out {out}: its run saved {saved[-1][1].name} but {LAST} is missing; copy that file to "
+            f"{LAST.name} to resume from it, or choose a new --out"
+        )
+    # A run makes checkpoints/ before anything else: without it, config.toml is somebody else's.
+    ours = RUN_FILES if (out / "checkpoints").is_dir() else {".lock"}
+    others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise InputError(
+            f"--out {out}: holds files that are not an nmt run's ({shown}); choose a new or empty directory"
+        )
 
 
 def _check_vocabulary(
@@ -269,8 +296,9 @@ def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: P
         )
 
 
-def _prepare_run_directory(out: Path, cfg: RunConfig) -> None:
-    """checkpoints/ (without what a killed run left half-written) and the resolved config.toml."""
+def _prepare_run_directory(out: Path, cfg: RunConfig, update: int) -> None:
+    """checkpoints/ (without what a killed run left half-written), the resolved config.toml, and
+    metrics.jsonl without the records past `update` (a killed session's, which this one redoes)."""
     try:
         (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -280,6 +308,7 @@ def _prepare_run_directory(out: Path, cfg: RunConfig) -> None:
     checkpoint.remove_stale_temporaries(out / "checkpoints")
     with atomic_write(out / "config.toml") as stream:
         stream.write(dump_toml(cfg))
+    MetricsLog(out / "metrics.jsonl").keep_until(update)
 
 
 def _build_model(

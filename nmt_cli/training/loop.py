@@ -71,6 +71,9 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = cast(torch.nn.Module, torch.compile(net))
     optimizer, scaler, progress = _optimizer_state(s, resume)
+    finished = _finished(tc, progress)
+    if finished:  # the same command run again: no update past the limit, no checkpoint pushed out
+        return f"nothing to do: the run {finished} at update {progress.update}; raise it with --set to go on"
     multiple = shape_multiple(tc, s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
@@ -244,6 +247,19 @@ def budget_spent(tc: TrainConfig, update: int, train_seconds: float) -> float:
     by_updates = update / tc.max_updates if tc.max_updates else 0.0
     by_time = train_seconds / (60 * tc.max_minutes) if tc.max_minutes else 0.0
     return min(1.0, max(by_updates, by_time))
+
+
+def _finished(tc: TrainConfig, progress: Progress) -> str:
+    """Which limit a resumed run has met already, or ""."""
+    if tc.max_updates and progress.update >= tc.max_updates:
+        return f"reached train.max_updates = {tc.max_updates}"
+    if tc.max_minutes and progress.train_seconds >= 60 * tc.max_minutes:
+        return f"reached train.max_minutes = {tc.max_minutes:g}"
+    if tc.max_epochs and progress.epoch > tc.max_epochs:
+        return f"reached train.max_epochs = {tc.max_epochs}"
+    if tc.patience and progress.best_metric == tc.best_metric and progress.bad_validations >= tc.patience:
+        return f"stopped early (train.patience = {tc.patience})"
+    return ""
 
 
 def _stop_reason(

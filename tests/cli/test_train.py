@@ -187,6 +187,71 @@ def test_resuming_with_a_different_model_is_refused(
     assert last.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "limit", ["train.max_updates=6", "train.max_epochs=1"], ids=["max_updates", "max_epochs"]
+)
+def test_a_finished_run_run_again_stays_finished(
+    limit: str, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data, run_dir, "train.max_updates=0", limit, "train.save_every_updates=2", quiet=False
+    )
+    assert nmt(*args) == 0
+    checkpoints = run_dir / "checkpoints"
+    files = {p.name: p.read_bytes() for p in checkpoints.iterdir()}
+    metrics = (run_dir / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert nmt(*args) == 0  # the same command again: no update past the limit, nothing pushed out
+    assert "nothing to do: the run reached " + limit.split("=")[0] in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == files
+    assert (run_dir / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=4", "train.save_every_updates=2")) == 0
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "checkpoint_last.pt").unlink()
+    kept = {p.name: p.read_bytes() for p in checkpoints.iterdir()}
+    capsys.readouterr()
+    args = train_args(corpus.data, run_dir, "train.max_updates=8", "train.keep_last=1", quiet=False)
+    line = refused(capsys, *args)
+    assert "checkpoint_4.pt" in line and "checkpoint_last.pt is missing" in line
+    assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == kept
+    (checkpoints / "checkpoint_last.pt").symlink_to(checkpoints / "gone.pt")  # a link to nowhere: refused too
+    assert nmt(*args) == 2
+    assert {p.name: p.read_bytes() for p in checkpoints.iterdir() if p.name != "checkpoint_last.pt"} == kept
+
+
+def test_a_directory_of_other_files_is_refused_as_a_run(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text("[tool.mine]\nx = 1\n", encoding="utf-8")
+    line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=2", quiet=False))
+    assert "holds files that are not an nmt run's (config.toml)" in line
+    assert (run_dir / "config.toml").read_text(encoding="utf-8") == "[tool.mine]\nx = 1\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.toml"]
+
+
+def test_records_past_the_last_checkpoint_are_not_kept_twice(corpus: Corpus, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(corpus.data, run_dir, "train.max_updates=4", "train.log_every_updates=1")
+    assert nmt(*args, "--set", "train.save_every_updates=2") == 0
+    metrics = run_dir / "metrics.jsonl"
+    # What a session killed at update 6 (after its checkpoint at 4) leaves: records past 4, the
+    # last cut short.
+    with metrics.open("a", encoding="utf-8") as out:
+        out.write('{"type": "train", "update": 5, "loss": 1.0}\n{"type": "train", "update": 6, "lo')
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=6", "train.log_every_updates=1")) == 0
+    updates = [json.loads(line)["update"] for line in _lines(metrics) if '"train"' in line]
+    assert updates == [1, 2, 3, 4, 5, 6]
+
+
 def _wait_for_training(metrics: Path, process: subprocess.Popen) -> None:
     """Until the run has logged an update (so its signal handlers are installed)."""
     wait_until(
