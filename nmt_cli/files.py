@@ -21,10 +21,20 @@ def temporary_name(path: Path) -> Path:
 
 def output_target(path: Path, name: str) -> tuple[Path, bool]:
     """Where an output the user named goes (`name` is the option, for errors): (the file to
-    replace atomically, False), or (the path, True) for a stream (a FIFO, or a character device
-    such as /dev/null or a terminal), which is written in place and never replaced. A symlink is
-    written through: its target is replaced, the link stays. A directory, a block device or a
-    socket is refused: only what is or will be a regular file is ever replaced."""
+    replace atomically, False), or (the path, True) for a stream (a FIFO, a character device
+    such as /dev/null or a terminal, or one of this process's descriptors such as /dev/stdout),
+    which is written in place and never replaced (`open_in_place`). A symlink is written
+    through: its target is replaced, the link stays. A directory, a block device or a socket is
+    refused: only what is or will be a regular file is ever replaced."""
+    descriptor = own_descriptor(path)
+    if descriptor is not None:
+        # /dev/stdout leads to the file the shell redirected to: replacing that file would undo
+        # the redirection (`>> log` would lose the log), and a pipe has no path to replace.
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            raise InputError(f"{name} {path}: descriptor {descriptor} is not open") from None
+        return path, True
     real = Path(os.path.realpath(path))  # follows every link; a missing file's path as it would be
     try:
         mode = os.stat(real).st_mode
@@ -40,6 +50,38 @@ def output_target(path: Path, name: str) -> tuple[Path, bool]:
         return real, True
     kind = "a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
     raise InputError(f"{name} {path}: is {kind}, not a file; give a file name")
+
+
+OWN_DESCRIPTORS = ("/dev/fd", "/proc/self/fd", "/proc/thread-self/fd")
+MAX_LINKS = 40  # as many as the kernel follows in one path
+
+
+def own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that `path` names, directly or through links
+    (/dev/stdout, /dev/fd/N, /proc/self/fd/N), or None."""
+    here = os.path.abspath(path)
+    for _ in range(MAX_LINKS):
+        parent, _, leaf = here.rpartition("/")
+        if parent in (*OWN_DESCRIPTORS, f"/proc/{os.getpid()}/fd") and leaf.isascii() and leaf.isdecimal():
+            return int(leaf)
+        if not os.path.islink(here):
+            return None
+        here = os.path.abspath(os.path.join(os.path.dirname(here), os.readlink(here)))
+    return None
+
+
+def open_in_place(target: Path, binary: bool = False) -> IO[Any]:
+    """Open a stream output (`output_target`'s second case): one of this process's descriptors
+    through a copy of it, keeping the shell's redirection (`>>` appends, a pipe stays a pipe);
+    a FIFO or a device by its path."""
+    descriptor = own_descriptor(target)
+    if descriptor is not None:
+        return (
+            os.fdopen(os.dup(descriptor), "wb")
+            if binary
+            else os.fdopen(os.dup(descriptor), "w", encoding="utf-8")
+        )
+    return open(target, "wb") if binary else open(target, "w", encoding="utf-8")
 
 
 def not_an_input(output: Path, inputs: Iterable[Path], name: str) -> None:
@@ -71,7 +113,7 @@ def output_file(path: Path, name: str, binary: bool = False, durable: bool = Fal
         with atomic_write(target, binary, durable) as handle:
             yield handle
         return
-    with open(target, "wb") if binary else open(target, "w", encoding="utf-8") as handle:
+    with open_in_place(target, binary) as handle:
         yield handle
 
 

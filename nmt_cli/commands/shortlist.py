@@ -18,7 +18,7 @@ from nmt_cli.data.shortlist import Shortlist, coverage, learn
 from nmt_cli.data.spm import processors
 from nmt_cli.data.text import check_readable, count_lines, iter_lines
 from nmt_cli.errors import InputError
-from nmt_cli.files import output_target
+from nmt_cli.files import not_an_input, output_target
 from nmt_cli.report import Reporter
 
 Pairs = list[tuple[np.ndarray, np.ndarray]]
@@ -44,9 +44,13 @@ def run(
     ckpt = checkpoint.load(model)
     cfg = ckpt.run_config(model).model
     src, tgt = _languages(languages, ckpt.languages, model)
+    corpora = [
+        Path(f"{prefix}.{lang}") for prefix in (train, valid) if prefix is not None for lang in (src, tgt)
+    ]
     for prefix, option in ((train, "--train"), *(((valid, "--valid"),) if valid is not None else ())):
         for lang in (src, tgt):  # before the work: nothing is written for a missing corpus
             check_readable(Path(f"{prefix}.{lang}"), f"{option} {prefix}.{lang}")
+    not_an_input(output, [model, *corpora], "--output")
     if candidates > cfg.tgt_vocab_size:
         reporter.warn(
             f"--candidates {candidates}: the target vocabulary has {cfg.tgt_vocab_size}; taking that"

@@ -30,7 +30,7 @@ from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
-from nmt_cli.files import fsync_directory, not_an_input, output_target
+from nmt_cli.files import fsync_directory, not_an_input, open_in_place, output_target
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
@@ -72,7 +72,8 @@ def run(
         check_readable(input_path, f"--input {input_path}")
     destination = output_target(output_path, "--output") if output_path is not None else None
     if output_path is not None:
-        not_an_input(output_path, [*models, *([input_path] if input_path is not None else [])], "--output")
+        inputs = [*models, *(p for p in (input_path, job.glossary) if p is not None)]
+        not_an_input(output_path, inputs, "--output")
     translator = load_translator(models, dev, precision)
     settings = with_terms(
         translator.settings(decode, nbest, job.batch_tokens, sampling), terms, job.ordered_constraints
@@ -167,7 +168,7 @@ def _translate_to_stream(write: Write, output_path: Path, target: Path) -> None:
         done = lines
 
     try:
-        with open(target, "w", encoding="utf-8") as out:
+        with open_in_place(target) as out:
             write(out, flushed)
     except OSError as err:
         raise RunFailure(
@@ -184,13 +185,15 @@ def _translate_to_file(write: Write, output_path: Path, target: Path) -> None:
     error says how many input lines they cover, so that hours of work are not thrown away.
     """
     partial = Path(f"{target}.partial")
-    if partial.is_symlink() or (partial.exists() and not partial.is_file()):
-        raise InputError(f"--output {output_path}: {partial} is in the way and is not a file; move it")
+    if partial.is_symlink() or partial.exists():
+        # Most likely the lines an earlier run kept when it stopped: never overwritten.
+        raise InputError(
+            f"--output {output_path}: {partial} is in the way (lines an earlier run kept?); move it"
+        )
     done = 0  # input lines whose output is written and flushed to `partial`
     size = 0  # the length of `partial` at that point
     try:
-        # A stale OUTPUT.partial from an earlier killed run is overwritten: there is no resuming.
-        out = partial.open("w", encoding="utf-8")
+        out = partial.open("x", encoding="utf-8")
     except OSError as err:
         raise InputError(f"--output {output_path}: cannot write {partial} ({err.strerror or err})") from None
 

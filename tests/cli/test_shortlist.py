@@ -128,6 +128,21 @@ def test_bad_shortlist_options_and_corpora_are_one_line(
     assert not (tmp_path / "out.pt").exists()
 
 
+def test_an_output_that_is_an_input_is_refused_before_the_work(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = tmp_path / "corpus"
+    for lang in ("src", "tgt"):
+        Path(f"{prefix}.{lang}").write_text("apple river\nstone\n", encoding="utf-8")
+    model = tmp_path / "model.pt"
+    model.write_bytes(trained.checkpoint.read_bytes())
+    args = ["shortlist", "-m", model, "--train", prefix, "--src", "src", "--tgt", "tgt", "-o"]
+    for output in (Path(f"{prefix}.tgt"), model):
+        assert "is an input of this command" in refused(capsys, *args, output)
+    assert Path(f"{prefix}.tgt").read_text(encoding="utf-8") == "apple river\nstone\n"
+    assert model.read_bytes() == trained.checkpoint.read_bytes()
+
+
 def test_export_writes_the_shortlist_as_ctranslate2s_vocabulary_map(
     listed: Path, corpus: Corpus, tmp_path: Path
 ) -> None:

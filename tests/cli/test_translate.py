@@ -325,7 +325,7 @@ def fail_after_first_buffer(monkeypatch: pytest.MonkeyPatch, error: BaseExceptio
         (KeyboardInterrupt(), 130, "interrupted; --output", ["--beam", "2", "--nbest", "2"], False),
         (RuntimeError("boom"), 1, "boom", [], True),
     ],
-    ids=["ctrl-c", "crash", "ctrl-c with nbest", "crash with an existing output and a stale partial"],
+    ids=["ctrl-c", "crash", "ctrl-c with nbest", "crash with an existing output"],
 )
 def test_a_failure_keeps_the_finished_buffers_in_a_partial_file(
     trained: TrainedRun,
@@ -344,7 +344,6 @@ def test_a_failure_keeps_the_finished_buffers_in_a_partial_file(
     source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     if existing:
         target.write_text("the last good output\n", encoding="utf-8")
-        partial.write_text("left by a killed run\n" * 50, encoding="utf-8")
     seen = fail_after_first_buffer(monkeypatch, error)
     capsys.readouterr()
     got = nmt(
@@ -404,8 +403,8 @@ def test_a_full_disk_keeps_the_complete_buffers_and_fails_in_one_line(
     real_open = Path.open
 
     def open_(self: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
-        if self == partial and mode == "w":
-            return FullDisk(real_open(self, "wb"), encoding="utf-8")
+        if self == partial and mode == "x":
+            return FullDisk(real_open(self, "xb"), encoding="utf-8")
         return real_open(self, mode, *args, **kwargs)
 
     monkeypatch.setattr(FullDisk, "writes", 0)
@@ -423,16 +422,6 @@ def test_a_full_disk_keeps_the_complete_buffers_and_fails_in_one_line(
     done = int(line.split(" lines; they are in ")[0].rsplit(" ", 1)[1])
     assert 1 <= done <= 4 and line.endswith(f"after {done} lines; they are in {partial}")
     check_copy(lines[:done], read_exact_lines(partial, done))
-
-
-def test_a_stale_partial_file_is_replaced_by_a_successful_run(trained: TrainedRun, tmp_path: Path) -> None:
-    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
-    source.write_text("apple river\ngreen\n", encoding="utf-8")
-    (tmp_path / "out.txt.partial").write_text("left by a killed run\n" * 5, encoding="utf-8")
-    target.write_text("older output\n", encoding="utf-8")
-    assert nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 0
-    assert target.read_text(encoding="utf-8") == "apple river\ngreen\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
 
 
 def test_min_len_is_an_option_and_a_negative_one_is_refused(trained: TrainedRun, tmp_path: Path) -> None:
@@ -528,14 +517,63 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
     source.write_text("apple river\nstone\n", encoding="utf-8")
     (tmp_path / "link.txt").symlink_to(source)
     os.link(source, tmp_path / "hard.txt")
-    for output in (source, tmp_path / "link.txt", tmp_path / "hard.txt", trained.checkpoint):
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("apple\triver\n", encoding="utf-8")
+    for output in (source, tmp_path / "link.txt", tmp_path / "hard.txt", trained.checkpoint, glossary):
         capsys.readouterr()
-        code = nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", output, "--threads", 1)
+        code = nmt(
+            "translate",
+            "-m",
+            trained.checkpoint,
+            "-i",
+            source,
+            "-o",
+            output,
+            "--glossary",
+            glossary,
+            "--threads",
+            1,
+        )
         assert code == 2, output
         line = _one_line_error(capsys.readouterr().err)
         assert "is an input of this command" in line and str(output) in line
     assert source.read_text(encoding="utf-8") == "apple river\nstone\n"
+    assert glossary.read_text(encoding="utf-8") == "apple\triver\n"
     assert checkpoint.load(trained.checkpoint).update == trained.updates
+
+
+def test_a_partial_file_in_the_way_is_refused_and_kept(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("apple river\n", encoding="utf-8")
+    partial = tmp_path / "out.txt.partial"
+    partial.write_text("lines an earlier run kept\n", encoding="utf-8")
+    capsys.readouterr()
+    assert nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert f"{partial} is in the way" in line
+    assert partial.read_text(encoding="utf-8") == "lines an earlier run kept\n" and not target.exists()
+
+
+@pytest.mark.parametrize("shell", ["appended", "piped"])
+def test_dev_stdout_writes_through_the_shells_redirection(
+    trained: TrainedRun, tmp_path: Path, shell: str
+) -> None:
+    """`-o /dev/stdout >> log` appends to the log (replacing the file behind /dev/stdout would
+    lose it), and `-o /dev/stdout | ...` writes to the pipe."""
+    log = tmp_path / "log.txt"
+    log.write_text("kept\n", encoding="utf-8")
+    args = nmt_command("-q", "translate", "-m", trained.checkpoint, "-o", "/dev/stdout", "--threads", 1)
+    with open(log, "a", encoding="utf-8") as appended:
+        out = appended if shell == "appended" else subprocess.PIPE
+        done = subprocess.run(
+            args, input="apple river\n", stdout=out, stderr=subprocess.PIPE, text=True, env=subprocess_env()
+        )
+    assert done.returncode == 0, done.stderr
+    written = log.read_text(encoding="utf-8") if shell == "appended" else "kept\n" + done.stdout
+    assert written.startswith("kept\n") and written.count("\n") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
 
 
 def test_non_empty_lines_translated_to_nothing_are_warned_about(
