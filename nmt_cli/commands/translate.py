@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from tqdm import tqdm
+
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import check_readable, decode_line
@@ -85,6 +87,7 @@ def run(
     translator.start_workers(workers)
     translate = _translate_call(translator, settings, job)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
+    bar = _progress_bar(reporter, input_path, output_path)
     write = functools.partial(
         _translate_stream,
         translate,
@@ -94,6 +97,8 @@ def run(
         nbest=nbest,
         emptied=emptied,
         whole_lines=job.constraints or not (job.split_sentences or job.text_format == "html"),
+        progress=bar.update if bar is not None else None,
+        warn=reporter.warn,
     )
     try:
         if output_path is None or destination is None:
@@ -103,10 +108,25 @@ def run(
         else:
             _translate_to_file(write, output_path, destination[0])
     finally:
+        if bar is not None:
+            bar.close()
         translator.close()
         if input_path is not None:
             source.close()
     _warn_after(reporter, emptied["lines"], translator)
+
+
+def _progress_bar(reporter: Reporter, input_path: Path | None, output_path: Path | None) -> tqdm | None:
+    """Lines translated, on stderr (a terminal's, without --quiet), out of the input file's lines
+    when it is a file; none where the translations themselves go to the terminal, which the bar
+    would cut through."""
+    if output_path is None and sys.stdout.isatty():
+        return None
+    total = None
+    if input_path is not None and input_path.is_file() and reporter.bars_enabled:
+        with input_path.open("rb") as counted:  # a pass at disk speed: the total makes an ETA
+            total = sum(chunk.count(b"\n") for chunk in iter(lambda: counted.read(1 << 20), b""))
+    return reporter.bar("translating", total=total, unit=" lines")
 
 
 def _check_options(job: TranslateJob) -> None:
@@ -250,14 +270,17 @@ def _translate_stream(
     nbest: int,
     emptied: collections.Counter[str] | None = None,
     whole_lines: bool = True,
+    progress: Callable[[int], object] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> None:
     """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
-    of input lines done so far; `emptied["lines"]` counts the non-empty lines translated to
-    nothing. A buffer's output goes out in one write, so that a process killed while it translates
-    (where nearly all the time goes) leaves only complete lines behind. A phrase that cannot be
-    met is named by its input line where `whole_lines` are translated (not cut into sentences)."""
+    of input lines done so far and `progress` the buffer's; `emptied["lines"]` counts the non-empty
+    lines translated to nothing. A buffer's output goes out in one write, so that a process killed
+    while it translates (where nearly all the time goes) leaves only complete lines behind. A
+    phrase that cannot be met is named by its input line where `whole_lines` are translated (not
+    cut into sentences); `warn` hears of the first line that is not UTF-8 text."""
     number = 0
-    for lines in _buffers(source, name, buffer_size):
+    for lines in _buffers(source, name, buffer_size, warn):
         chunk = []
         try:
             results = translate(lines)
@@ -280,6 +303,18 @@ def _translate_stream(
         out.flush()
         if flushed is not None:
             flushed(number)
+        if progress is not None:
+            progress(len(lines))
+
+
+def _is_text(raw: bytes) -> bool:
+    if b"\x00" in raw:
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _stdin() -> BinaryIO:
@@ -293,8 +328,11 @@ def _stdin() -> BinaryIO:
         return sys.stdin.buffer
 
 
-def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str]]:
-    """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size."""
+def _buffers(
+    source: BinaryIO, name: str, buffer_size: int, warn: Callable[[str], None] | None = None
+) -> Iterator[list[str]]:
+    """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size.
+    `warn` hears of the first line with a NUL byte or invalid UTF-8, once."""
     lines: queue.Queue = queue.Queue(maxsize=4 * buffer_size)
     end = object()
     failed: list[BaseException] = []  # a read error, raised once the lines read before it are done
@@ -332,6 +370,12 @@ def _buffers(source: BinaryIO, name: str, buffer_size: int) -> Iterator[list[str
         decoded = []
         for raw in batch:
             number += 1
+            if warn is not None and not _is_text(raw):
+                warn(
+                    f"{name}:{number}: not UTF-8 text (a NUL byte or invalid UTF-8), translated with "
+                    "spaces and U+FFFD in its place; is this a binary or UTF-16 file?"
+                )
+                warn = None  # once: a binary file would repeat it on every line
             # Translation must survive any bytes: bad UTF-8 is replaced and NUL becomes a space.
             decoded.append(decode_line(raw.replace(b"\x00", b" "), name, number, errors="replace"))
         yield decoded

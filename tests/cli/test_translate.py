@@ -4,6 +4,7 @@ lines, n-best lists, beam 1 = greedy, ensembles, and one-line errors for bad pat
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -574,6 +575,53 @@ def test_dev_stdout_writes_through_the_shells_redirection(
     written = log.read_text(encoding="utf-8") if shell == "appended" else "kept\n" + done.stdout
     assert written.startswith("kept\n") and written.count("\n") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
+
+
+def test_a_file_that_is_not_utf8_text_is_translated_with_one_warning(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, out = tmp_path / "utf16.txt", tmp_path / "out.txt"
+    source.write_bytes("apple river\nstone\ngreen\n".encode("utf-16"))  # NUL bytes on every line
+    capsys.readouterr()
+    assert nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", out, "--threads", 1) == 0
+    err = capsys.readouterr().err
+    assert err.count("not UTF-8 text") == 1 and f"{source}:1: " in err and "UTF-16" in err
+    # Still a line a line: three, and the NUL after the last newline is a fourth.
+    assert out.read_bytes().count(b"\n") == 4
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["terminal", "quiet"])
+def test_progress_goes_to_a_terminals_stderr_but_not_with_quiet(
+    trained: TrainedRun, tmp_path: Path, quiet: bool
+) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(f"{line}\n" for line in sentences(30, seed=5)), encoding="utf-8")
+    args = [*(["-q"] if quiet else []), "translate", "-m", trained.checkpoint, "-i", source, "-o", out]
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 0 columns: no bar
+    try:
+        done = subprocess.run(
+            nmt_command(*args, "--threads", 1, "--buffer-size", 4),
+            stdout=subprocess.DEVNULL, stderr=terminal, env=subprocess_env(), timeout=120,
+        )  # fmt: skip
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written to the terminal is read
+            while chunk := os.read(main, 4096):
+                shown += chunk
+    finally:
+        os.close(main)
+    assert done.returncode == 0
+    assert out.read_text(encoding="utf-8").count("\n") == 30
+    if quiet:
+        assert shown == b""
+    else:
+        assert b"translating" in shown and b"/30" in shown  # the total: the input file's lines
 
 
 def test_non_empty_lines_translated_to_nothing_are_warned_about(
