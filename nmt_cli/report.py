@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tqdm import tqdm
 
+from nmt_cli.errors import RunFailure
 from nmt_cli.files import atomic_write
 
 if TYPE_CHECKING:
@@ -90,8 +91,14 @@ class MetricsLog:
         self.path = path
 
     def write(self, record: dict) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=False) + "\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record, sort_keys=False) + "\n")
+        except OSError as err:  # a full disk: say which file, and that the run can go on later
+            raise RunFailure(
+                f"cannot write {self.path} ({err.strerror or err}); the last checkpoint is kept: make room, "
+                "then run the same command to resume"
+            ) from None
 
     def keep_until(self, update: int) -> None:
         """Drop the records of updates after `update` (and a line cut short): what a killed

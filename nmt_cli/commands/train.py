@@ -306,6 +306,10 @@ def _prepare_run_directory(out: Path, cfg: RunConfig, update: int) -> None:
             f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a writable --out"
         ) from None
     checkpoint.remove_stale_temporaries(out / "checkpoints")
+    for name in ("config.toml", "metrics.jsonl"):  # found now, not at the first log hours in
+        path = out / name
+        if path.exists() and not path.is_file() or path.is_symlink():
+            raise InputError(f"--out {out}: {name} is in the way and is not a file; move it")
     with atomic_write(out / "config.toml") as stream:
         stream.write(dump_toml(cfg))
     MetricsLog(out / "metrics.jsonl").keep_until(update)

@@ -238,6 +238,29 @@ def test_a_directory_of_other_files_is_refused_as_a_run(
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.toml"]
 
 
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.toml"])
+def test_a_run_file_that_is_not_a_file_is_refused_before_training(
+    name: str, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=2")) == 0
+    (run_dir / name).unlink()
+    (run_dir / name).mkdir()
+    line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=4", quiet=False))
+    assert f"{name} is in the way and is not a file" in line
+    assert checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt").update == 2
+
+
+def test_a_metrics_record_that_cannot_be_written_names_the_file_and_how_to_go_on() -> None:
+    from nmt_cli.errors import RunFailure
+    from nmt_cli.report import MetricsLog
+
+    with pytest.raises(RunFailure) as failed:
+        MetricsLog(Path("/dev/full")).write({"type": "train", "update": 1})  # writing fails: ENOSPC
+    assert "cannot write /dev/full (No space left on device)" in str(failed.value)
+    assert "run the same command to resume" in str(failed.value)
+
+
 def test_records_past_the_last_checkpoint_are_not_kept_twice(corpus: Corpus, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = train_args(corpus.data, run_dir, "train.max_updates=4", "train.log_every_updates=1")
