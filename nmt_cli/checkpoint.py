@@ -193,11 +193,7 @@ def load(path: Path) -> Checkpoint:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
             checked.result()
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise InputError(
-                f"checkpoint {path}: not a readable nmt checkpoint (truncated or corrupted?): {first[:200]}; "
-                "use another one, e.g. an earlier checkpoint_N.pt of the run"
-            ) from None
+            raise _unreadable(path, err) from None
         except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
             checked.result()
             raise InputError(
@@ -205,6 +201,19 @@ def load(path: Path) -> Checkpoint:
             ) from None
         checked.result()
     return Checkpoint.from_dict(payload, path)
+
+
+def _unreadable(path: Path, err: Exception) -> InputError:
+    """What torch.load failing to read `path` means to the user. torch's own words for a file cut
+    short are a paragraph of its zip reader's internals ("failed finding central directory. This
+    is an internal miniz error..."), of no use to someone who only needs another file."""
+    if isinstance(err, OSError) and err.filename is not None:  # refused by the system when opened
+        hint = "check its permissions" if isinstance(err, PermissionError) else "check the file and its disk"
+        return InputError(f"checkpoint {path}: cannot read it ({err.strerror}); {hint}")
+    return InputError(
+        f"checkpoint {path}: not a complete checkpoint (the file is cut short or damaged); use another "
+        "one, e.g. an earlier checkpoint_N.pt of the run"
+    )
 
 
 def _check_integrity(path: Path) -> None:

@@ -20,9 +20,9 @@ from typing import Any
 from nmt_cli import checkpoint
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
+from nmt_cli.decoding import loading
 from nmt_cli.errors import InputError
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
-from nmt_cli.model import Transformer
 from nmt_cli.report import Reporter
 
 FORMATS = ("ctranslate2",)
@@ -70,7 +70,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
     src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
-    net = Transformer.holding(cfg, ckpt.model)
+    net = loading.model_of(cfg, ckpt.model, model)
     pieces = (_pieces(src_spm, model), _pieces(tgt_spm, model))
     spec = transformer_spec(net, pieces)
 

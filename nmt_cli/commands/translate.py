@@ -259,6 +259,10 @@ def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) ->
     return NmtError(f"{message}; {where}: stopped {kept}", exit_code=code)
 
 
+ONE_LINE = dict.fromkeys(map(ord, "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), " ")
+"""A tab and what str.splitlines() breaks a line at, as spaces."""
+
+
 def _translate_stream(
     translate: Translate,
     source: BinaryIO,
@@ -289,7 +293,9 @@ def _translate_stream(
                 raise
             raise InputError(f"{name}:{number + err.line + 1}: {err.problem}") from None
         for line, result in zip(lines, results, strict=True):
-            hyps = result.hyps
+            # A sentence's translation is one line already; the whitespace that joins a line's
+            # sentences is the input's, and a tab or a line separator there would break the line.
+            hyps = [(text.translate(ONE_LINE), score) for text, score in result.hyps]
             if emptied is not None and line.strip() and not hyps[0][0]:
                 emptied["lines"] += 1
             if result.alignment is not None:

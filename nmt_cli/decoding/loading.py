@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from nmt_cli import checkpoint
+from nmt_cli.config import ModelConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.spm import processors
 from nmt_cli.decoding import int8
@@ -116,7 +117,7 @@ def _ensemble(
                 "sentencepiece models"
             )
         direction = checkpoint.one_direction(direction, ckpt, path, "ensemble")
-        model = Transformer.holding(run_cfg.model, ckpt.model)
+        model = model_of(run_cfg.model, ckpt.model, path)
         models.append(for_decoding(model.eval().to(device), precision))
     assert cfg is not None and spm_models is not None
     from nmt_cli.decoding.translator import Translator  # which loads through this module
@@ -124,7 +125,7 @@ def _ensemble(
     translator = Translator(
         Ensemble(models),
         overrides.apply(cfg.decode),
-        *processors(spm_models, tokenizers),
+        *_processors(spm_models, tokenizers, paths[0]),
         device,
         precision,
         direction[1] if direction else None,
@@ -133,6 +134,56 @@ def _ensemble(
     )
     translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
     return translator
+
+
+def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> Transformer:
+    """The model that checkpoint `path`'s `weights` make under its config `cfg`; one line naming
+    the first weight that does not fit (a file put together by hand, or with another config)."""
+    try:
+        return Transformer.holding(cfg, weights)
+    except (RuntimeError, TypeError) as err:
+        # Found only once loading failed: building the model the config describes a second time
+        # would cost every start.
+        misfit = _misfit(cfg, weights)
+        if misfit is None:
+            raise
+        raise _unusable(path, misfit) from err
+
+
+def _misfit(cfg: ModelConfig, weights: object) -> str | None:
+    """The first difference between `weights` and the weights of the model `cfg` describes."""
+    if not isinstance(weights, dict):
+        return f"its weights are a {type(weights).__name__}, not a table of tensors"
+    with torch.device("meta"):
+        expected = Transformer(cfg, initialize=False).state_dict()
+    for name, want in expected.items():
+        have = weights.get(name)
+        if have is None:
+            return f"weight {name} is missing"
+        if not isinstance(have, torch.Tensor) or not have.is_floating_point():
+            kind = have.dtype if isinstance(have, torch.Tensor) else type(have).__name__
+            return f"weight {name} is {kind}, not a floating-point tensor"
+        if have.shape != want.shape:
+            return f"weight {name} has shape {tuple(have.shape)}, the config needs {tuple(want.shape)}"
+    extra = [name for name in weights if name not in expected]
+    return f"weight {extra[0]} is not one of the model its config describes" if extra else None
+
+
+def _processors(
+    spm_models: dict[str, bytes], tokenizers: dict[str, Any] | None, path: Path
+) -> tuple[Any, Any]:
+    """The checkpoint's text <-> ids converters (`spm.processors`); one line for bytes that are
+    not a model (sentencepiece says only "INTERNAL: ... ParseFromArray" and its source line)."""
+    try:
+        return processors(spm_models, tokenizers)
+    except InputError:
+        raise  # already one line, such as the extra that a Moses + BPE model needs
+    except (RuntimeError, ValueError, KeyError, TypeError):
+        raise _unusable(path, "its sentencepiece models cannot be read") from None
+
+
+def _unusable(path: Path, problem: str) -> InputError:
+    return InputError(f"checkpoint {path}: not a usable nmt checkpoint ({problem}){checkpoint.NOT_OURS}")
 
 
 def for_decoding(model: Transformer, precision: str) -> Transformer:

@@ -44,3 +44,28 @@ def test_alignments_with_nbest_is_refused_with_one_line(
     assert nmt("translate", "-m", trained.checkpoint, "--alignments", "--nbest", "2") == 2
     err = capsys.readouterr().err
     assert "--alignments" in err and "--nbest" in err and "Traceback" not in err
+
+
+# A tab, CR, form feed or line separator between two sentences of a line (the file reader leaves
+# them inside the line) must not reach the output's one line.
+GAPS = "apple river.\tstone green.\rtiger summer.\x0cgarden paper.\u2028winter friend.\x85orange cloud."
+
+
+@pytest.mark.parametrize("mode", [["--nbest", "2"], ["--alignments"]])
+def test_split_sentences_joins_other_whitespace_as_one_space(
+    mode: list[str], trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.txt"
+    src.write_bytes(f"{GAPS}\napple river.  stone green.\n".encode())
+    args = ["-q", "translate", "-m", trained.checkpoint, "-i", src, "--split-sentences", "--device", "cpu"]
+    assert nmt(*args, *mode) == 0
+    nbest = "--nbest" in mode
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == (4 if nbest else 2) + 1 and lines[-1] == ""
+    texts = []
+    for line in lines[:-1]:
+        fields = line.split("\t")
+        assert len(fields) == (3 if nbest else 2), repr(line)
+        texts.append(fields[2] if nbest else fields[0])
+    assert all(text.isprintable() for text in texts), texts  # no CR, FF, NEL or line separator
+    assert "  " in texts[-1]  # plain spaces between sentences are kept as they were
