@@ -11,8 +11,9 @@ learning one.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,7 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
     corpus_lines = [_count_pairs("train", *paths) for paths in corpora]
     created = corpus.check_out_dir(out)
+    _refuse_foreign(out)
     fingerprint = corpus.fingerprint({"train": sum(corpora, ()), **inputs}, options)
     meta = corpus.find_reusable(out, fingerprint)
     if meta is not None:
@@ -99,15 +101,27 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
         corpus.discard_staging(staging)
         corpus.remove_created(out, created)
-        if isinstance(err, OSError):  # say where and what to do, not just "No space left on device"
-            where = f" ({err.filename})" if err.filename else ""
-            raise RunFailure(
-                f"--out {out}: cannot write the prepared corpus: {err.strerror or err}{where}; nothing "
-                "was kept; free some disk space or choose another --out, then run again"
-            ) from None
-        raise
+        explained = _explained(err, out)
+        if explained is None:
+            raise
+        raise explained from None
     reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
     _summary(reporter, meta)
+
+
+def _explained(err: BaseException, out: Path) -> RunFailure | None:
+    """A failed run's error with where it happened and what to do, for those that lack it."""
+    if isinstance(err, spm.WorkerDied):
+        return RunFailure(
+            f"{err}; nothing was written to --out {out}; run again, with fewer --workers if memory ran short"
+        )
+    if isinstance(err, OSError):  # say where and what to do, not just "No space left on device"
+        where = f" ({err.filename})" if err.filename else ""
+        return RunFailure(
+            f"--out {out}: cannot write the prepared corpus: {err.strerror or err}{where}; nothing "
+            "was kept; free some disk space or choose another --out, then run again"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,41 @@ def _start(out: Path, created: Path | None) -> Path:
     except OSError as err:
         corpus.remove_created(out, created)
         raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse an existing `out` that holds files and is not a corpus of ours: a run would replace
+    any of them that has the name of a corpus file (meta.json, spm.model, ...)."""
+    if not out.is_dir():
+        return  # the run creates it
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as err:
+        raise InputError(f"--out {out}: cannot list the directory ({err.strerror})") from None
+    others = [name for name in names if not name.startswith(corpus.STAGING_PREFIX)]
+    if not others or _is_corpus_meta(out / corpus.META):
+        return
+    if corpus.META not in names and len(others) < len(names):
+        return  # a run died while it moved its files in: they are ours, meta.json was not written yet
+    listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    raise InputError(
+        f"--out {out}: not empty ({listed}) and not a corpus written by `nmt prepare`; choose "
+        "another directory or empty it"
+    )
+
+
+def _is_corpus_meta(path: Path) -> bool:
+    """Whether `path` is a meta.json as `corpus.publish` writes it: a JSON object with every key
+    that CorpusMeta requires. Its values are not checked: a corpus of another version, or a
+    damaged one, is still ours to replace."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    required = {
+        f.name for f in fields(corpus.CorpusMeta) if f.default is MISSING and f.default_factory is MISSING
+    }
+    return isinstance(data, dict) and required <= data.keys()
 
 
 def _check_options(cfg: PrepareConfig) -> None:

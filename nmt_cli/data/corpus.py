@@ -347,7 +347,13 @@ class ParallelSplit:
 def _map(path: Path, dtype: str) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path}: missing from the prepared corpus; run `nmt prepare` again")
-    if path.stat().st_size == 0:
+    size, itemsize = path.stat().st_size, np.dtype(dtype).itemsize
+    if size % itemsize:  # cut short: numpy could not even view it
+        raise InputError(
+            f"{path}: {size:,} bytes, not a whole number of {itemsize}-byte {dtype} values; the corpus "
+            "is damaged, run `nmt prepare` again"
+        )
+    if size == 0:
         return np.zeros(0, dtype)  # mmap cannot map an empty file
     with open(path, "rb") as file:
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)

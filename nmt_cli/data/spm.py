@@ -11,10 +11,15 @@ import hashlib
 import io
 import itertools
 import multiprocessing
-import multiprocessing.pool
+import os
 import re
+import signal
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,7 +27,7 @@ import numpy as np
 import sentencepiece
 
 from nmt_cli.data import tokenizer
-from nmt_cli.errors import InputError, NmtError, RunFailure
+from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
@@ -47,11 +52,12 @@ def train_spm(
 ) -> bytes:
     """Learn a BPE model from `sentences` (already sampled) and return its serialized bytes.
 
-    `what` names the corpus in error messages; `user_symbols` are pieces kept whole (tags). An
-    NmtError raised while iterating `sentences` (say, invalid UTF-8) is re-raised as is:
-    sentencepiece's C++ loop would otherwise swallow or mangle it.
+    `what` names the corpus in error messages; `user_symbols` are pieces kept whole (tags). What
+    is raised while iterating `sentences` (an NmtError such as invalid UTF-8, or the
+    KeyboardInterrupt / Terminated of a signal) is re-raised as is: sentencepiece's C++ loop would
+    otherwise turn it into a RuntimeError that names only the Python frame it came from.
     """
-    failure: list[NmtError] = []
+    failure: list[BaseException] = []
     count = [0]
 
     def guarded() -> Iterator[str]:
@@ -59,8 +65,9 @@ def train_spm(
             for sentence in sentences:
                 count[0] += 1
                 yield sentence
-        except NmtError as err:
+        except (NmtError, KeyboardInterrupt, Terminated) as err:
             failure.append(err)
+            raise  # stops sentencepiece at once instead of learning from a partial sample
 
     model = io.BytesIO()
     try:
@@ -183,11 +190,31 @@ def encode_lines(
 
 # The processors of a ParallelEncoder's worker process (or of the main one, when inline).
 _PROCESSORS: dict[str, sentencepiece.SentencePieceProcessor] = {}
+PARENT_CHECK_S = 1.0
+
+
+class WorkerDied(RunFailure):
+    """A ParallelEncoder worker process ended (killed, or out of memory) before its task was done."""
 
 
 def _init_processors(models: tuple[bytes, bytes]) -> None:
     _PROCESSORS["src"] = load_processor(models[0])
     _PROCESSORS["tgt"] = _PROCESSORS["src"] if models[1] == models[0] else load_processor(models[1])
+
+
+def _start_worker(parent: int, models: tuple[bytes, bytes]) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the workers and reports it once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A worker waits on a queue whose writing end it holds itself, so it would outlive a parent
+    # killed with SIGKILL: it watches the parent instead.
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    _init_processors(models)
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def worker_processor(side: str) -> sentencepiece.SentencePieceProcessor:
@@ -198,34 +225,49 @@ def worker_processor(side: str) -> sentencepiece.SentencePieceProcessor:
 class ParallelEncoder:
     """Maps a function over tasks, in order, in `workers` processes that each hold the
     source and target processors (inline when workers == 1). At most two tasks per worker
-    are in flight, so memory stays flat however many tasks there are."""
+    are in flight, so memory stays flat however many tasks there are. A worker that dies
+    fails the map with WorkerDied (a ProcessPoolExecutor notices; a multiprocessing.Pool
+    would wait for the lost task forever)."""
 
     def __init__(self, models: tuple[bytes, bytes], workers: int) -> None:
         self.models, self.workers = models, workers
-        self.pool: multiprocessing.pool.Pool | None = None
+        self.executor: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> ParallelEncoder:
         if self.workers > 1:
             # spawn rather than fork: the parent may run threads (tqdm's monitor).
-            context = multiprocessing.get_context("spawn")
-            self.pool = context.Pool(self.workers, initializer=_init_processors, initargs=(self.models,))
+            self.executor = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(os.getpid(), self.models),
+            )
         else:
             _init_processors(self.models)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+        if self.executor is None:
+            return
+        # End the workers now, busy or not: shutdown alone would wait for the tasks in flight.
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())  # None once broken
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.join()
 
     def map(self, function: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        if self.pool is None:
+        if self.executor is None:
             yield from map(function, tasks)
             return
-        pending: deque[multiprocessing.pool.AsyncResult] = deque()
-        for task in tasks:
-            pending.append(self.pool.apply_async(function, (task,)))
-            if len(pending) >= 2 * self.workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        pending: deque[Future[R]] = deque()
+        try:
+            for task in tasks:
+                pending.append(self.executor.submit(function, task))
+                if len(pending) >= 2 * self.workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise WorkerDied("an encoding worker process died (killed, or out of memory?)") from None

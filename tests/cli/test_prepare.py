@@ -4,18 +4,22 @@ test per kind of bad input (exit 2, one line on stderr, nothing written)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nmt_cli.cli.main import main
-from nmt_cli.data import corpus, spm
-from nmt_cli.errors import InputError
+from nmt_cli.commands import prepare as prepare_command
+from nmt_cli.data import corpus, spm, vocabulary
+from nmt_cli.errors import InputError, Terminated
 
 EN = "a dog cat man woman runs sleeps on the big small red blue street house bridge girl boy".split()
 DE = (
@@ -332,3 +336,98 @@ def test_an_option_out_of_its_bounds_is_one_line_naming_them(
     capsys, data: Path, tmp_path: Path, option: str, value: object, said: str
 ) -> None:
     assert said in fails(capsys, data, tmp_path / "out", option, value)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"meta.json": '{"mine": 1}\n'},  # JSON, but not a corpus's meta.json
+        {"spm.model": "my notes\n"},
+        {"meta.json": "{cut sh", "notes.txt": "x"},
+    ],
+    ids=["foreign-meta", "foreign-spm-model", "unreadable-meta"],
+)
+def test_a_directory_of_other_files_is_refused_and_left_as_it_was(
+    capsys, data: Path, tmp_path: Path, files: dict[str, str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, content in files.items():
+        (out / name).write_text(content)
+    capsys.readouterr()
+    assert prepare(data, out) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nmt: error: --out ") and err.count("\n") == 1
+    assert "not a corpus written by `nmt prepare`; choose another directory or empty it" in err
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
+def test_an_empty_directory_or_a_corpus_cut_short_while_published_is_written(
+    data: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    assert prepare(data, out) == 0
+    # What a run killed while it moved its files in leaves: no meta.json yet, the staging directory.
+    (out / "meta.json").unlink()
+    (out / f"{corpus.STAGING_PREFIX}999999999").mkdir()
+    assert prepare(data, out, "--no-joint") == 0
+    assert corpus.load_meta(out).joint is False and len(corpus.load_split(out, "train")) == 300
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(
+    capsys, data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "out"
+    monkeypatch.setattr(prepare_command, "CHUNK", 16)  # many tasks: some are in flight at the kill
+    write = corpus.SideWriter.write
+    killed: list[object] = []  # the worker killed
+
+    def write_after_killing_a_worker(
+        self: corpus.SideWriter, tokens: np.ndarray, lengths: np.ndarray
+    ) -> None:
+        if not killed:
+            worker = multiprocessing.active_children()[0]
+            worker.kill()  # as the out-of-memory killer would
+            worker.join(30)
+            killed.append(worker)
+        write(self, tokens, lengths)
+
+    monkeypatch.setattr(corpus.SideWriter, "write", write_after_killing_a_worker)
+    capsys.readouterr()
+    codes: list[int] = []
+    run = threading.Thread(target=lambda: codes.append(prepare(data, out, "--workers", "2")), daemon=True)
+    run.start()
+    run.join(120)
+    assert not run.is_alive(), "prepare hangs after a worker died"
+    err = capsys.readouterr().err
+    assert killed and codes == [1] and err.count("\n") == 1, err
+    assert "nmt: error: an encoding worker process died" in err and "nothing was written" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "said"),
+    [
+        (KeyboardInterrupt, 130, "nmt: error: interrupted"),
+        (Terminated, 143, "nmt: error: terminated by SIGTERM"),
+    ],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_a_signal_while_the_vocabulary_is_learned_exits_as_interrupted(
+    capsys, data: Path, tmp_path: Path, monkeypatch, stop: type[BaseException], code: int, said: str
+) -> None:
+    sample_lines = vocabulary.sample_lines
+
+    def interrupted(*args: object, **kwargs: object) -> Iterator[str]:
+        # A signal handler raises wherever Python runs: here, inside sentencepiece's reading loop.
+        yield from list(sample_lines(*args, **kwargs))[:50]
+        raise stop
+
+    monkeypatch.setattr(vocabulary, "sample_lines", interrupted)
+    capsys.readouterr()
+    assert prepare(data, tmp_path / "out") == code
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from nmt_cli.data import corpus, spm
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, Terminated
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 WORDS = (
@@ -255,3 +255,29 @@ def test_a_meta_json_with_another_token_type_is_an_input_error(tmp_path: Path, d
     (tmp_path / "meta.json").write_text(json.dumps(fake_meta(2, dtype=dtype)))
     with pytest.raises(InputError, match="token dtype"):
         corpus.load_split(tmp_path, "train")
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [("train.de.idx", 2 * 8 + 3), ("train.de.idx", 7), ("train.en.bin", 3)],  # int64 offsets, uint16 ids
+)
+def test_a_file_cut_inside_a_value_is_an_input_error(tmp_path: Path, name: str, size: int) -> None:
+    for lang in ("en", "de"):
+        write_side(tmp_path, "train", lang, [[5, 6], [7], [8, 9]], "uint16")
+    (tmp_path / "meta.json").write_text(json.dumps(fake_meta(3)))
+    os.truncate(tmp_path / name, size)
+    with pytest.raises(
+        InputError, match=rf"{name}: {size} bytes, not a whole number .* run `nmt prepare` again"
+    ):
+        corpus.load_split(tmp_path, "train")
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, Terminated], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_sampling_surfaces_unchanged(stop: type[BaseException]) -> None:
+    # A signal handler raises inside the iterator that sentencepiece's C++ loop reads from.
+    def interrupted():  # noqa: ANN202
+        yield from sentences(50)
+        raise stop
+
+    with pytest.raises(stop):
+        learn_spm(interrupted(), 50, "x")
