@@ -234,8 +234,12 @@ def find_reusable(out: Path, fingerprint: str) -> CorpusMeta | None:
         return None
     if meta.fingerprint != fingerprint:
         return None
+    written = (out / META).stat().st_mtime_ns  # meta.json is written after every file it lists
     for name, size in meta.files.items():
-        if not (out / name).is_file() or (out / name).stat().st_size != size:
+        path = out / name
+        # A file changed since (bytes overwritten in place keep its size) is redone, as the
+        # messages about a damaged corpus tell the user to do.
+        if not path.is_file() or path.stat().st_size != size or path.stat().st_mtime_ns > written:
             return None
     return meta
 

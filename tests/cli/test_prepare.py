@@ -132,6 +132,21 @@ def test_rerun_reuses_and_option_change_redoes(data: Path, tmp_path: Path, capsy
     assert decode_split(out, "valid") == (VALID_EN, VALID_DE)
 
 
+def test_a_corpus_file_changed_in_place_is_made_again_not_reused(data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert prepare(data, out) == 0
+    bin_path = out / "train.en.bin"
+    good = bin_path.read_bytes()
+    with open(bin_path, "r+b") as damaged:  # the same size: only the bytes differ
+        damaged.write(bytes(255 - b for b in good[:16]))
+    later = (out / "meta.json").stat().st_mtime_ns + 1_000_000_000
+    os.utime(bin_path, ns=(later, later))  # as a write after the run leaves it, on any clock
+    capsys.readouterr()
+    assert prepare(data, out, quiet=False) == 0
+    assert "reusing" not in capsys.readouterr().err
+    assert bin_path.read_bytes() == good
+
+
 def test_workers_give_identical_files(data: Path, tmp_path: Path) -> None:
     assert prepare(data, tmp_path / "one") == 0
     assert prepare(data, tmp_path / "two", "--workers", "2") == 0
