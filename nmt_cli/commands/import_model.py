@@ -11,7 +11,7 @@ import torch
 
 from nmt_cli import checkpoint, recipe
 from nmt_cli.config import RunConfig
-from nmt_cli.errors import InputError, RunFailure
+from nmt_cli.errors import InputError, NmtError, RunFailure
 from nmt_cli.files import not_an_input, output_target
 from nmt_cli.importing import fairseq, marian
 from nmt_cli.importing.imported import Imported
@@ -145,4 +145,23 @@ def _local(source: str, reporter: Reporter) -> Path:
             "the model yourself and give its directory"
         ) from None
     reporter.info(f"downloading {source[len(HUB_PREFIX) :]} from the Hugging Face hub")
-    return Path(snapshot_download(source[len(HUB_PREFIX) :]))
+    try:
+        return Path(snapshot_download(source[len(HUB_PREFIX) :]))
+    except Exception as err:  # noqa: BLE001 - the hub client's errors, whose classes move between versions
+        raise _not_downloaded(source, err) from None
+
+
+def _not_downloaded(source: str, err: Exception) -> NmtError:
+    """One line for a download that failed (the hub client's own message is a paragraph)."""
+    kind = type(err).__name__  # by name: huggingface_hub has moved these classes between modules
+    if kind in ("RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError"):
+        return InputError(f"{source}: no such model on the Hugging Face hub, or one that needs a login")
+    if kind == "LocalEntryNotFoundError":
+        return RunFailure(
+            f"{source}: cannot download it: the hub cannot be reached and the model is not in the local "
+            "cache; download it where there is a network and give its directory"
+        )
+    first = str(err).strip().splitlines()[0] if str(err).strip() else kind
+    return RunFailure(
+        f"{source}: downloading failed ({first[:200]}); try again, or give a downloaded directory"
+    )

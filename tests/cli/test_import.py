@@ -380,3 +380,21 @@ def test_an_unknown_piece_reads_as_fairseq_writes_it(translator: Translator) -> 
 
     hello = translator.tgt_spm.encode("Hallo")
     assert translator.tgt_spm.decode([*hello, UNK_ID]) == "Hallo<unk>"  # fairseq's "<unk>", not " ⁇ "
+
+
+def test_a_hub_model_that_cannot_be_downloaded_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    from conftest import nmt_command, subprocess_env
+
+    pytest.importorskip("huggingface_hub")
+    # Offline, with an empty cache: what a machine without a network meets.
+    env = {**subprocess_env(), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    args = nmt_command("import", "hf:Helsinki-NLP/opus-mt-en-de", "-o", tmp_path / "m.pt")
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    errors = [
+        line for line in done.stderr.splitlines() if line.startswith("nmt: error:") or "Traceback" in line
+    ]
+    assert errors == [done.stderr.strip().splitlines()[-1]] and "cannot download it" in errors[0]
+    assert "not in the local cache" in errors[0] and not (tmp_path / "m.pt").exists()
