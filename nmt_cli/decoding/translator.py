@@ -168,7 +168,9 @@ class Translator:
         enforced where a sentence holds their source side; `ordered_constraints=True`: the phrases
         in the order given. A phrase that cannot be met raises `ConstraintError` (an InputError)."""
         lines = text_lines(lines, "translate")
-        settings = dataclasses.replace(self._settings_of(options, 1), scores=False, alignments=alignments)
+        settings = dataclasses.replace(
+            self._settings_of(options, 1, "translate"), scores=False, alignments=alignments
+        )
         results = self.translate_texts(lines, settings, split_sentences, constraints)
         if alignments:
             return [(r.hyps[0][0], r.alignment or ()) for r in results]
@@ -180,7 +182,7 @@ class Translator:
         they are (`decoding.markup`; needs lxml: `pip install "nmt-cli[html]"`)."""
         fragments = text_lines(fragments, "translate_html")
         return self.translate_markup(
-            fragments, dataclasses.replace(self._settings_of(options, 1), scores=False)
+            fragments, dataclasses.replace(self._settings_of(options, 1, "translate_html"), scores=False)
         )
 
     def translate_markup(self, fragments: Sequence[str], settings: DecodeSettings) -> list[str]:
@@ -214,14 +216,19 @@ class Translator:
         several sentences gets as its i-th hypothesis the i-th of each sentence, joined, scored by
         their mean. `constraints`, `glossary=` and `ordered_constraints=` as `translate` takes them."""
         lines = text_lines(lines, "translate_nbest")
-        settings = self._settings_of(options, nbest)
+        settings = self._settings_of(options, nbest, "translate_nbest")
         return [r.hyps for r in self.translate_texts(lines, settings, split_sentences, constraints)]
 
-    def _settings_of(self, options: DecodeOptions, nbest: int) -> DecodeSettings:
+    def _settings_of(self, options: DecodeOptions, nbest: int, caller: str) -> DecodeSettings:
         unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
         if unknown:
-            raise TypeError(f"translate_nbest() got an unexpected keyword argument {unknown[0]!r}")
+            raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
         given = cast(dict[str, Any], options)
+        drawn = given.get("sampling")
+        if drawn is not None and not isinstance(drawn, Sampling):
+            raise SettingError(
+                "sampling", drawn, 'must be a Sampling, such as Sampling("topk", topk=10), or None'
+            )
         search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
         settings = self.settings(
             search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")

@@ -91,6 +91,15 @@ def test_bad_settings_are_input_errors(translator: Translator, call: object) -> 
         call(translator)  # type: ignore[operator]
 
 
+def test_a_misspelt_keyword_or_a_sampling_that_is_not_one_names_the_call(translator: Translator) -> None:
+    with pytest.raises(TypeError, match=r"^translate\(\) got an unexpected keyword argument 'beams'"):
+        translator.translate(["apple"], beams=2)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"^translate_html\(\) got an unexpected keyword argument"):
+        translator.translate_html(["<p>apple</p>"], beams=2)  # type: ignore[call-arg]
+    with pytest.raises(InputError, match=r"^sampling='topk': must be a Sampling"):
+        translator.translate(["apple"], sampling="topk")  # type: ignore[call-overload]
+
+
 def test_a_missing_checkpoint_is_an_input_error(tmp_path: object) -> None:
     with pytest.raises(InputError):
         Translator.load(f"{tmp_path}/missing.pt", device="cpu")
