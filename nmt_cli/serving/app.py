@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     from nmt_cli.decoding.translator import Translator
 
 EXTRA = "pip install 'nmt-cli[serve]'"
+# ASGI's types, as starlette.types spells them (not imported: fastapi is an optional extra).
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Any]]
+Send = Callable[[Any], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ROUTES = ("/", "/translate", "/languages", "/detect", "/frontend/settings", "/health", "/info", "/metrics")
 CROSS_ORIGIN = ("/translate", "/languages", "/detect", "/frontend/settings")
 """The routes a page of any origin may call, as LibreTranslate lets browser clients call them;
@@ -107,16 +112,11 @@ class CountRequests:
     """ASGI middleware that counts every HTTP answer by route and status, with its latency. Plain
     ASGI (not Starlette's BaseHTTPMiddleware), so that a handler still sees its client disconnect."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -139,7 +139,7 @@ class CrossOrigin:
     """ASGI middleware: CORS (Starlette's) on `paths` only, allowing any origin without credentials;
     a browser's preflight (OPTIONS) there is answered here."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], paths: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, paths: Sequence[str]) -> None:
         from starlette.middleware.cors import CORSMiddleware
 
         self.app = app
@@ -152,11 +152,6 @@ class CrossOrigin:
             max_age=20 * 24 * 3600,
         )
 
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         crossing = scope["type"] == "http" and scope.get("path") in self.paths
         await (self.cors if crossing else self.app)(scope, receive, send)
