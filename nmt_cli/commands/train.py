@@ -183,7 +183,7 @@ def _checkpoints(
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     # A link to nowhere is loaded too, for its one-line error: never taken for a new run.
-    resume = checkpoint.load(last) if last.exists() or last.is_symlink() else None
+    resume = _last_checkpoint(last) if last.exists() or last.is_symlink() else None
     if resume is None:
         _nothing_else_in(out)
     if start is not None and resume is not None:
@@ -193,6 +193,24 @@ def _checkpoints(
 
 
 RUN_FILES = {".lock", "config.toml", "metrics.jsonl", "checkpoints"}
+
+
+def _last_checkpoint(last: Path) -> checkpoint.Checkpoint:
+    """The checkpoint to resume; one that cannot be read says how to resume from another."""
+    try:
+        return checkpoint.load(last)
+    except InputError as err:
+        # The newest numbered checkpoint that is another file: the last one is a hard link to one.
+        others = [path for _, path in checkpoint.numbered(last.parent) if not _same_file(path, last)]
+        instead = f"copy {others[-1].name} over it" if others else "remove it"
+        raise InputError(f"{err}; to resume, {instead}, or choose a new --out") from None
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.samefile(other)
+    except OSError:
+        return False
 
 
 def _nothing_else_in(out: Path) -> None:

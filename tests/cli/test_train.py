@@ -5,6 +5,7 @@ metrics.jsonl and config.toml that can be read back."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -224,6 +225,19 @@ def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
     (checkpoints / "checkpoint_last.pt").symlink_to(checkpoints / "gone.pt")  # a link to nowhere: refused too
     assert nmt(*args) == 2
     assert {p.name: p.read_bytes() for p in checkpoints.iterdir() if p.name != "checkpoint_last.pt"} == kept
+
+
+def test_a_damaged_last_checkpoint_says_which_checkpoint_to_resume_from(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=4", "train.save_every_updates=2")) == 0
+    last = run_dir / "checkpoints" / "checkpoint_last.pt"
+    assert last.samefile(run_dir / "checkpoints" / "checkpoint_4.pt")  # so the damage hits both
+    os.truncate(last, last.stat().st_size // 2)
+    capsys.readouterr()
+    line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=6", quiet=False))
+    assert "not a complete checkpoint" in line and "to resume, copy checkpoint_2.pt over it" in line
 
 
 def test_a_directory_of_other_files_is_refused_as_a_run(
