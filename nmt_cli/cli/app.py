@@ -100,6 +100,7 @@ def prepare(
     normalization: Annotated[
         str, typer.Option(help="identity (as scored; default), nmt_nfkc, nfkc, nmt_nfkc_cf or nfkc_cf.")
     ] = "identity",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Learn a sentencepiece BPE model and binarize a parallel corpus.
 
@@ -110,9 +111,10 @@ def prepare(
     Several --train corpora are binarized one after the other (train.corpus_weights mixes them).
     Running it again with the same inputs and options reuses the finished corpus.
     """
-    # The parameters are PrepareConfig's fields; lists become tuples.
+    # The parameters are PrepareConfig's fields (and --quiet); lists become tuples.
+    quiet = Globals.quiet or quiet
     given = {
-        **locals(),
+        **{name: value for name, value in locals().items() if name != "quiet"},
         "train": tuple(train),
         "train_tags": tuple(train_tags or ()),
         "reserve": tuple(reserve or ()),
@@ -122,7 +124,7 @@ def prepare(
 
     imported()
 
-    command.run(PrepareConfig(**given), quiet=Globals.quiet)
+    command.run(PrepareConfig(**given), quiet=quiet)
 
 
 @app.command(
@@ -148,6 +150,7 @@ def train(
     keep_optimizer: Annotated[
         bool, typer.Option("--keep-optimizer/--reset-optimizer", help="With --init-from: Adam's moments too.")
     ] = False,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Train a Transformer (resumes an existing run directory).
 
@@ -171,7 +174,7 @@ def train(
         overrides=list(set_ or []),
         runtime=runtime,
         compile_model=compile_,
-        quiet=Globals.quiet,
+        quiet=Globals.quiet or quiet,
         start=start,
     )
 
@@ -185,6 +188,7 @@ def average(
     output: Annotated[Path, typer.Option("--output", "-o", help="Result.")] = Path("average.pt"),
     run: Annotated[Path | None, typer.Option(help="Run directory: average its latest checkpoints.")] = None,
     last: Annotated[int | None, typer.Option(help="How many (default: the recipe's average.last).")] = None,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Average the parameters of several checkpoints (fp32)."""
     from nmt_cli.commands import average as command
@@ -192,7 +196,11 @@ def average(
     imported()
 
     command.run(
-        checkpoints=list(checkpoints or []), output=output, run_dir=run, last=last, quiet=Globals.quiet
+        checkpoints=list(checkpoints or []),
+        output=output,
+        run_dir=run,
+        last=last,
+        quiet=Globals.quiet or quiet,
     )
 
 
@@ -212,6 +220,7 @@ def shortlist(
     valid: Annotated[
         Path | None, typer.Option(help="Held-out prefix: report the share of its reference pieces covered.")
     ] = None,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Learn a vocabulary shortlist from a parallel corpus and store it with a model.
 
@@ -232,7 +241,7 @@ def shortlist(
         frequent=frequent,
         max_pairs=max_pairs,
         valid=valid,
-        quiet=Globals.quiet,
+        quiet=Globals.quiet or quiet,
     )
 
 
@@ -245,6 +254,7 @@ def import_(
     output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.")],
     src: opt.Src = None,
     tgt: opt.Tgt = None,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Read a model trained by fairseq or Marian (OPUS-MT) as an nmt checkpoint.
 
@@ -254,7 +264,7 @@ def import_(
 
     imported()
 
-    command.run(source=source, output=output, quiet=Globals.quiet, languages=(src, tgt))
+    command.run(source=source, output=output, quiet=Globals.quiet or quiet, languages=(src, tgt))
 
 
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
@@ -264,6 +274,7 @@ def export(
     format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
     quantization: Annotated[str, typer.Option(help="Weights: none (fp32), int8, int16, bfloat16.")] = "none",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Write a checkpoint as a CTranslate2 model directory, with its sentencepiece model."""
     from nmt_cli.commands import export as command
@@ -271,7 +282,12 @@ def export(
     imported()
 
     command.run(
-        model=model, fmt=format_, out=output, quantization=quantization, force=force, quiet=Globals.quiet
+        model=model,
+        fmt=format_,
+        out=output,
+        quantization=quantization,
+        force=force,
+        quiet=Globals.quiet or quiet,
     )
 
 

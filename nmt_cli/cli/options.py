@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 Settings = TypeVar("Settings", bound="DataclassInstance")
 
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or messages (as nmt --quiet).")]
 Beam = Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")]
 Lenpen = Annotated[float | None, typer.Option(help="Length penalty alpha.")]
 LenpenStyle = Annotated[str | None, typer.Option(help="gnmt: ((5+|Y|)/6)^a; fairseq: |Y|^a.")]

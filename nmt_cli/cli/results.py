@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from nmt_cli.cli import options as opt
 from nmt_cli.cli.session import Globals, imported
 
 SCORE_EPILOG = (
@@ -77,6 +78,7 @@ def plot(
         bool, typer.Option("--terminal", help="Draw the loss curve and a summary in the terminal.")
     ] = False,
     x_axis: Annotated[str, typer.Option(help="Horizontal axis: update or wall (training time).")] = "update",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Training curves from metrics.jsonl: loss, valid BLEU, learning rate, tokens/s.
 
@@ -87,4 +89,4 @@ def plot(
 
     imported()
 
-    command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet)
+    command.run(run_dirs=runs, output=output, terminal=terminal, x_axis=x_axis, quiet=Globals.quiet or quiet)

@@ -44,6 +44,7 @@ def serve(
     allow_anonymous: Annotated[
         bool, typer.Option("--allow-anonymous", help="Serve a non-loopback --host without --api-keys.")
     ] = False,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Translate over HTTP: nmt's POST /translate and LibreTranslate's API, GET /languages, /health,
     /info, /metrics and a page at / (pip install 'nmt-cli[serve]').
@@ -67,7 +68,7 @@ def serve(
         port=port,
         runtime=runtime,
         limits=limits,
-        quiet=Globals.quiet,
+        quiet=Globals.quiet or quiet,
         decode=decode,
         api_keys=api_keys,
         allow_anonymous=allow_anonymous,

@@ -68,6 +68,7 @@ def translate(
     constraints: opt.Constraints = False,
     ordered_constraints: opt.OrderedConstraints = False,
     glossary: opt.Glossary = None,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
     from nmt_cli.commands import translate as command
@@ -81,7 +82,7 @@ def translate(
     decode = opt.given(DecodeOverrides, locals())  # --beam ... --shortlist
     runtime = opt.given(RuntimeConfig, locals())
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
-    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet, sampling=drawn)
+    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet, sampling=drawn)
 
 
 def attend(
@@ -100,6 +101,7 @@ def attend(
     batch_tokens: opt.BatchTokens = 4096,
     device: opt.Device = "auto",
     threads: opt.Threads = 0,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Translate, and draw the encoder-decoder attention of each translation (needs matplotlib).
 
@@ -114,4 +116,4 @@ def attend(
     job = opt.given(AttendJob, locals())
     decode = opt.given(DecodeOverrides, locals())  # --beam ... --min-len
     runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
-    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet)
+    command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet)

@@ -590,9 +590,11 @@ def test_a_file_that_is_not_utf8_text_is_translated_with_one_warning(
     assert out.read_bytes().count(b"\n") == 4
 
 
-@pytest.mark.parametrize("quiet", [False, True], ids=["terminal", "quiet"])
+@pytest.mark.parametrize(
+    "quiet", ["", "before", "after"], ids=["terminal", "quiet", "quiet after the command"]
+)
 def test_progress_goes_to_a_terminals_stderr_but_not_with_quiet(
-    trained: TrainedRun, tmp_path: Path, quiet: bool
+    trained: TrainedRun, tmp_path: Path, quiet: str
 ) -> None:
     import fcntl
     import pty
@@ -601,7 +603,17 @@ def test_progress_goes_to_a_terminals_stderr_but_not_with_quiet(
 
     source, out = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("".join(f"{line}\n" for line in sentences(30, seed=5)), encoding="utf-8")
-    args = [*(["-q"] if quiet else []), "translate", "-m", trained.checkpoint, "-i", source, "-o", out]
+    args = [
+        *(["-q"] if quiet == "before" else []),
+        "translate",
+        "-m",
+        trained.checkpoint,
+        "-i",
+        source,
+        "-o",
+        out,
+    ]
+    args += ["--quiet"] if quiet == "after" else []  # as the subcommand's own option too
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 0 columns: no bar
     try:
