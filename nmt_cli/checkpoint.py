@@ -27,6 +27,12 @@ from nmt_cli.files import output_file, process_alive
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
 NOT_OURS = "; give a .pt file written by `nmt train` or `nmt average`"
+
+
+class DamagedCheckpoint(InputError):
+    """A checkpoint file cut short or whose bytes changed: another file of the run may serve."""
+
+
 TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # atomic_write's and replace_with_link's
 
 
@@ -210,7 +216,7 @@ def _unreadable(path: Path, err: Exception) -> InputError:
     if isinstance(err, OSError) and err.filename is not None:  # refused by the system when opened
         hint = "check its permissions" if isinstance(err, PermissionError) else "check the file and its disk"
         return InputError(f"checkpoint {path}: cannot read it ({err.strerror}); {hint}")
-    return InputError(
+    return DamagedCheckpoint(
         f"checkpoint {path}: not a complete checkpoint (the file is cut short or damaged); use another "
         "one, e.g. an earlier checkpoint_N.pt of the run"
     )
@@ -226,7 +232,7 @@ def _check_integrity(path: Path) -> None:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
         return
     if damaged is not None:
-        raise InputError(
+        raise DamagedCheckpoint(
             f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
             "another one, e.g. an earlier checkpoint_N.pt of the run"
         )

@@ -32,7 +32,7 @@ def output_target(path: Path, name: str) -> tuple[Path, bool]:
         # the redirection (`>> log` would lose the log), and a pipe has no path to replace.
         try:
             os.fstat(descriptor)
-        except OSError:
+        except (OSError, OverflowError):
             raise InputError(f"{name} {path}: descriptor {descriptor} is not open") from None
         return path, True
     real = Path(os.path.realpath(path))  # follows every link; a missing file's path as it would be

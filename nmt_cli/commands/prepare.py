@@ -118,8 +118,8 @@ def _explained(err: BaseException, out: Path) -> RunFailure | None:
     if isinstance(err, OSError):  # say where and what to do, not just "No space left on device"
         where = f" ({err.filename})" if err.filename else ""
         return RunFailure(
-            f"--out {out}: cannot write the prepared corpus: {err.strerror or err}{where}; nothing "
-            "was kept; free some disk space or choose another --out, then run again"
+            f"--out {out}: cannot write the prepared corpus: {err.strerror or err}{where}; no corpus "
+            "was made; free some disk space or choose another --out, then run again"
         )
     return None
 
@@ -153,16 +153,24 @@ def _refuse_foreign(out: Path) -> None:
         names = sorted(p.name for p in out.iterdir())
     except OSError as err:
         raise InputError(f"--out {out}: cannot list the directory ({err.strerror})") from None
-    others = [name for name in names if not name.startswith(corpus.STAGING_PREFIX)]
+    # Hidden files (a killed run's staging folder, .DS_Store) and a file system's lost+found are
+    # not what a run would replace.
+    others = [name for name in names if not name.startswith(".") and name != "lost+found"]
     if not others or _is_corpus_meta(out / corpus.META):
         return
-    if corpus.META not in names and len(others) < len(names):
-        return  # a run died while it moved its files in: they are ours, meta.json was not written yet
+    binarized = any(name.endswith((".bin", ".idx")) for name in others)
+    if corpus.META not in names and binarized and all(_corpus_shaped(name) for name in others):
+        return  # a run stopped while it moved its files in: they are ours, meta.json was not written yet
     listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
     raise InputError(
         f"--out {out}: not empty ({listed}) and not a corpus written by `nmt prepare`; choose "
         "another directory or empty it"
     )
+
+
+def _corpus_shaped(name: str) -> bool:
+    """A name `nmt prepare` gives its files: SPLIT.LANG.bin / .idx and the sentencepiece models."""
+    return name.endswith((".bin", ".idx")) or (name.startswith("spm") and name.endswith(".model"))
 
 
 def _is_corpus_meta(path: Path) -> bool:

@@ -196,14 +196,23 @@ RUN_FILES = {".lock", "config.toml", "metrics.jsonl", "checkpoints"}
 
 
 def _last_checkpoint(last: Path) -> checkpoint.Checkpoint:
-    """The checkpoint to resume; one that cannot be read says how to resume from another."""
+    """The checkpoint to resume; a damaged one says how to resume from another of the run."""
     try:
         return checkpoint.load(last)
-    except InputError as err:
-        # The newest numbered checkpoint that is another file: the last one is a hard link to one.
+    except checkpoint.DamagedCheckpoint as err:
+        # The newest numbered checkpoint that is another file: the last one is a hard link to one
+        # (which `ln -f` replaces, where `cp` would write through it into the damaged one).
         others = [path for _, path in checkpoint.numbered(last.parent) if not _same_file(path, last)]
-        instead = f"copy {others[-1].name} over it" if others else "remove it"
-        raise InputError(f"{err}; to resume, {instead}, or choose a new --out") from None
+        if not others:
+            raise
+        raise InputError(f"{err}; to resume from {others[-1].name}: ln -f {others[-1]} {last}") from None
+
+
+def _checkpoint_files(directory: Path) -> list[str]:
+    """The checkpoints in a run's checkpoints/, leaving out what a killed writer left half-written."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.suffix == ".pt" and not p.name.startswith("."))
 
 
 def _same_file(one: Path, other: Path) -> bool:
@@ -223,6 +232,12 @@ def _nothing_else_in(out: Path) -> None:
         raise InputError(
             f"--out {out}: its run saved {saved[-1][1].name} but {LAST} is missing; copy that file to "
             f"{LAST.name} to resume from it, or choose a new --out"
+        )
+    kept = _checkpoint_files(out / "checkpoints")
+    if kept:  # checkpoint_best.pt, say, where keep_last = 0 pruned every numbered one
+        raise InputError(
+            f"--out {out}: holds {kept[0]} of a run but {LAST} is missing; copy a checkpoint of the run "
+            "there to resume from it, or choose a new --out"
         )
     # A run makes checkpoints/ before anything else: without it, config.toml is somebody else's.
     ours = RUN_FILES if (out / "checkpoints").is_dir() else {".lock"}

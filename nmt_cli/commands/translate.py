@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from tqdm import tqdm
-
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import check_readable, decode_line
@@ -32,7 +30,7 @@ from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
-from nmt_cli.files import fsync_directory, not_an_input, open_in_place, output_target
+from nmt_cli.files import fsync_directory, not_an_input, open_in_place, output_target, own_descriptor
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
@@ -73,9 +71,13 @@ def run(
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     destination = output_target(output_path, "--output") if output_path is not None else None
-    if output_path is not None:
+    if output_path is not None and destination is not None:
         inputs = [*models, *(p for p in (input_path, job.glossary) if p is not None)]
         not_an_input(output_path, inputs, "--output")
+        if not destination[1]:
+            _partial_not_in_the_way(output_path, destination[0])
+    shown = reporter.bars_enabled and not _to_terminal(output_path)
+    total = _line_count(input_path) if shown and input_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = with_terms(
         translator.settings(decode, nbest, job.batch_tokens, sampling), terms, job.ordered_constraints
@@ -87,7 +89,7 @@ def run(
     translator.start_workers(workers)
     translate = _translate_call(translator, settings, job)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
-    bar = _progress_bar(reporter, input_path, output_path)
+    bar = reporter.bar("translating", total=total, unit=" lines") if shown else None
     write = functools.partial(
         _translate_stream,
         translate,
@@ -116,17 +118,36 @@ def run(
     _warn_after(reporter, emptied["lines"], translator)
 
 
-def _progress_bar(reporter: Reporter, input_path: Path | None, output_path: Path | None) -> tqdm | None:
-    """Lines translated, on stderr (a terminal's, without --quiet), out of the input file's lines
-    when it is a file; none where the translations themselves go to the terminal, which the bar
-    would cut through."""
-    if output_path is None and sys.stdout.isatty():
+def _to_terminal(output_path: Path | None) -> bool:
+    """Whether the translations go to a terminal, which a progress bar would cut through."""
+    if output_path is None:
+        return sys.stdout.isatty()
+    descriptor = own_descriptor(output_path)
+    if descriptor is not None:
+        return os.isatty(descriptor)
+    return os.path.realpath(output_path) == "/dev/tty"
+
+
+def _line_count(input_path: Path) -> int | None:
+    """The lines of an input file, for the progress bar's total (an ETA), in a pass at disk speed;
+    None for what is not a regular file (a pipe can be read once only)."""
+    if not input_path.is_file():
         return None
-    total = None
-    if input_path is not None and input_path.is_file() and reporter.bars_enabled:
-        with input_path.open("rb") as counted:  # a pass at disk speed: the total makes an ETA
-            total = sum(chunk.count(b"\n") for chunk in iter(lambda: counted.read(1 << 20), b""))
-    return reporter.bar("translating", total=total, unit=" lines")
+    lines, last = 0, b"\n"
+    with input_path.open("rb") as counted:
+        for chunk in iter(lambda: counted.read(1 << 20), b""):
+            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    return lines + (last != b"\n")  # a last line without its newline is a line too
+
+
+def _partial_not_in_the_way(output_path: Path, target: Path) -> None:
+    """Refuse, before the model is loaded, to start where TARGET.partial already is: most likely
+    the lines an earlier run kept when it stopped, never overwritten."""
+    partial = Path(f"{target}.partial")
+    if partial.is_symlink() or partial.exists():
+        raise InputError(
+            f"--output {output_path}: {partial} is in the way (lines an earlier run kept?); move it"
+        )
 
 
 def _check_options(job: TranslateJob) -> None:
@@ -205,11 +226,7 @@ def _translate_to_file(write: Write, output_path: Path, target: Path) -> None:
     error says how many input lines they cover, so that hours of work are not thrown away.
     """
     partial = Path(f"{target}.partial")
-    if partial.is_symlink() or partial.exists():
-        # Most likely the lines an earlier run kept when it stopped: never overwritten.
-        raise InputError(
-            f"--output {output_path}: {partial} is in the way (lines an earlier run kept?); move it"
-        )
+    _partial_not_in_the_way(output_path, target)  # again: another run may have made one since
     done = 0  # input lines whose output is written and flushed to `partial`
     size = 0  # the length of `partial` at that point
     try:

@@ -103,7 +103,13 @@ class GuardedProtocol(H11Protocol):
                     f"the server holds its most connections ({self.limits.max_connections}) and this one "
                     "has sent no whole request; send a request once connected"
                 )
-                other._close_with(refusal(503, "Service Unavailable", message, retry=True))
+                # A kept-alive connection between requests is closed without an answer, as its
+                # keep-alive timeout would close it: clients send the next request again by themselves.
+                kept_alive = other.cycle is not None and other.conn.their_state is h11.IDLE
+                between = kept_alive and not other.conn.trailing_data[0]
+                other._close_with(
+                    b"" if between else refusal(503, "Service Unavailable", message, retry=True)
+                )
                 return True
         return False
 

@@ -389,6 +389,15 @@ def test_an_empty_directory_or_a_corpus_cut_short_while_published_is_written(
     assert prepare(data, out, "--no-joint") == 0
     assert corpus.load_meta(out).joint is False and len(corpus.load_split(out, "train")) == 300
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    # And what one whose last step failed leaves (its staging directory removed): the files alone.
+    (out / "meta.json").unlink()
+    assert prepare(data, out) == 0 and corpus.load_meta(out).joint is True
+    # A directory that only a file system's or a desktop's bookkeeping is in counts as empty.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / ".DS_Store").write_bytes(b"\0")
+    (fresh / "lost+found").mkdir()
+    assert prepare(data, fresh) == 0
 
 
 def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(

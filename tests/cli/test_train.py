@@ -225,6 +225,13 @@ def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
     (checkpoints / "checkpoint_last.pt").symlink_to(checkpoints / "gone.pt")  # a link to nowhere: refused too
     assert nmt(*args) == 2
     assert {p.name: p.read_bytes() for p in checkpoints.iterdir() if p.name != "checkpoint_last.pt"} == kept
+    # Only the best checkpoint left (keep_last = 0 prunes the numbered ones): refused too.
+    for name in ("checkpoint_last.pt", "checkpoint_2.pt", "checkpoint_4.pt"):
+        (checkpoints / name).unlink()
+    (checkpoints / "checkpoint_best.pt").write_bytes(kept["checkpoint_4.pt"])
+    capsys.readouterr()
+    assert "holds checkpoint_best.pt of a run" in refused(capsys, *args)
+    assert (checkpoints / "checkpoint_best.pt").read_bytes() == kept["checkpoint_4.pt"]
 
 
 def test_a_damaged_last_checkpoint_says_which_checkpoint_to_resume_from(
@@ -237,7 +244,12 @@ def test_a_damaged_last_checkpoint_says_which_checkpoint_to_resume_from(
     os.truncate(last, last.stat().st_size // 2)
     capsys.readouterr()
     line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=6", quiet=False))
-    assert "not a complete checkpoint" in line and "to resume, copy checkpoint_2.pt over it" in line
+    checkpoints = run_dir / "checkpoints"
+    assert "not a complete checkpoint" in line and f"ln -f {checkpoints / 'checkpoint_2.pt'} {last}" in line
+    os.remove(checkpoints / "checkpoint_2.pt")  # no other checkpoint: the damage alone is reported
+    capsys.readouterr()
+    line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=6", quiet=False))
+    assert "not a complete checkpoint" in line and "ln -f" not in line
 
 
 def test_a_directory_of_other_files_is_refused_as_a_run(

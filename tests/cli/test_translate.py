@@ -550,8 +550,10 @@ def test_a_partial_file_in_the_way_is_refused_and_kept(
     source.write_text("apple river\n", encoding="utf-8")
     partial = tmp_path / "out.txt.partial"
     partial.write_text("lines an earlier run kept\n", encoding="utf-8")
+    not_a_model = tmp_path / "notes.pt"  # refused before the model is loaded: no word of the model
+    not_a_model.write_text("notes\n", encoding="utf-8")
     capsys.readouterr()
-    assert nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 2
+    assert nmt("translate", "-m", not_a_model, "-i", source, "-o", target, "--threads", 1) == 2
     line = _one_line_error(capsys.readouterr().err)
     assert f"{partial} is in the way" in line
     assert partial.read_text(encoding="utf-8") == "lines an earlier run kept\n" and not target.exists()
@@ -602,7 +604,7 @@ def test_progress_goes_to_a_terminals_stderr_but_not_with_quiet(
     import termios
 
     source, out = tmp_path / "in.txt", tmp_path / "out.txt"
-    source.write_text("".join(f"{line}\n" for line in sentences(30, seed=5)), encoding="utf-8")
+    source.write_text("\n".join(sentences(30, seed=5)), encoding="utf-8")  # no newline after the last
     args = [
         *(["-q"] if quiet == "before" else []),
         "translate",

@@ -131,7 +131,13 @@ def test_idle_connections_from_many_addresses_make_room_for_a_request(crowded: S
     """Each address holds what it may, together more than the server holds: the oldest
     connections without a request are closed (503) for newcomers, who are served."""
     held: list[socket.socket] = []
+    kept_alive = socket.create_connection(address(crowded), timeout=10)  # the oldest, between requests
     try:
+        kept_alive.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += kept_alive.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200 ")
         for i in range(84):  # from 14 addresses, PER_CLIENT each
             sock = socket.socket()
             sock.settimeout(10)
@@ -142,11 +148,17 @@ def test_idle_connections_from_many_addresses_make_room_for_a_request(crowded: S
             held.append(sock)
         response = other_client_translates(crowded)
         assert response.status_code == 200, response.text
-        # 84 held + the newcomer = 85 of 80: the five oldest made room.
+        # 1 + 84 held + the newcomer = 86 of 80: the six oldest made room.
         assert [i for i, sock in enumerate(held) if not still_open(sock)] == list(range(5))
-        status, body, _ = answer(held[0], within=10)
+        # Between two requests, closed as its keep-alive timeout would close it: no answer to a
+        # request it has not sent (its client sends it again on a new connection).
+        while chunk := kept_alive.recv(4096):
+            head += chunk
+        assert head.count(b"HTTP/1.1 ") == 1
+        status, body, _ = answer(held[0], within=10)  # connected, and no request yet: told why
         assert status == 503 and "has sent no whole request" in body["error"]
     finally:
+        kept_alive.close()
         for sock in held:
             sock.close()
 
