@@ -41,6 +41,14 @@ _FORMAT = "expected `source term<TAB>target term`"
 Trie = dict[str, Any]
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def words(text: str) -> tuple[str, ...]:
     """The words that terms match: runs of word characters and single other non-space characters."""
     return tuple(_WORD.findall(unicodedata.normalize("NFC", text)))
@@ -86,6 +94,8 @@ class Glossary:
             is_pair = isinstance(pair, tuple | list) and len(pair) == 2
             if not is_pair or not all(isinstance(term, str) for term in pair):
                 raise InputError(f"{where} entry {n}: expected (source term, target term), got {pair!r}")
+            if not all(term.isascii() or _is_unicode(term) for term in pair):
+                raise InputError(f"{where} entry {n}: {pair!r} is not valid Unicode (a lone surrogate)")
             numbered.append((n, pair[0], pair[1]))
         return cls._build(numbered, lambda n: f"{where} entry {n}", "entry")
 

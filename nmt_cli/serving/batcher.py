@@ -59,6 +59,10 @@ class QueueFull(Exception):
     """More lines are waiting than the batcher may hold; the caller should retry later."""
 
 
+class TooLarge(Exception):
+    """More lines in one request than the whole queue holds: retrying cannot help."""
+
+
 class Closed(Exception):
     """The batcher is shutting down and takes no new work."""
 
@@ -120,15 +124,15 @@ class Batcher(Generic[Result]):
 
     def submit(self, lines: list[Line], key: DecodeSettings) -> Future[list[Result]]:
         """Queue `lines`; the future gets one result per line, in order (or the decode's error).
-        Raises QueueFull when the lines would take the queue past `max_queue` (a request larger than
-        the whole queue is taken when nothing waits), Closed after close()."""
+        Raises QueueFull when the lines would take the queue past `max_queue`, TooLarge when they
+        are more than it holds at all, Closed after close()."""
         request: _Request[Result] = _Request(list(lines), key, time.monotonic())
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
-            # A request larger than the whole queue (its texts split into many sentences) is taken
-            # when nothing waits: refused always, its client's retries could never succeed.
-            if self._waiting_lines and self._waiting_lines + len(lines) > self.max_queue:
+            if len(lines) > self.max_queue:  # never queued, however long its client waited: say so
+                raise TooLarge(f"{len(lines):,} lines, more than the whole queue holds ({self.max_queue:,})")
+            if self._waiting_lines + len(lines) > self.max_queue:
                 self.stats.rejected += 1
                 raise QueueFull(f"{self._waiting_lines} lines are waiting (at most {self.max_queue})")
             self._waiting_lines += len(lines)

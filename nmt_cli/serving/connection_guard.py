@@ -6,8 +6,8 @@ server's connections (uvicorn's limit_concurrency counts open connections, howev
   request, or nothing, gets 408 and is closed;
 - one client address holds at most `limits.max_client_connections` open connections: the next
   gets 429 and is closed;
-- the server holds at most `limits.max_connections`: past it, the oldest connection that has not
-  sent a whole request is closed with 503 to make room (idle connections from many addresses
+- the server holds at most `limits.max_connections`: past it, the connection without a whole
+  request that has been silent longest is closed (503) to make room (idle connections from many addresses
   cannot lock out a client with a request to make), and only where every connection has one
   is the newcomer refused (503).
 
@@ -43,6 +43,7 @@ class GuardedProtocol(H11Protocol):
     """The server's connections not being closed, oldest first (a dict keeps insertion order)."""
 
     _deadline: asyncio.TimerHandle | None = None
+    _heard = 0.0  # when the client last sent something (or connected)
     _address: str | None = None
     _refused = False
 
@@ -54,6 +55,7 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._heard = self.loop.time()
         self.live[self] = None
         if self.client:
             self._address = self.client[0]
@@ -72,6 +74,7 @@ class GuardedProtocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered and closing: what still arrives is read and dropped
+        self._heard = self.loop.time()
         if self._deadline is None and self.conn.their_state is h11.IDLE:
             self._arm()  # the first byte of the next request on a kept-alive connection
         super().data_received(data)
@@ -96,22 +99,22 @@ class GuardedProtocol(H11Protocol):
         self._close_with(refusal(429, "Too Many Requests", message))
 
     def _make_room(self) -> bool:
-        """Close the oldest other connection still waiting for its request; False if none is."""
-        for other in self.live:
-            if other is not self and other._waiting_for_request():
-                message = (
-                    f"the server holds its most connections ({self.limits.max_connections}) and this one "
-                    "has sent no whole request; send a request once connected"
-                )
-                # A kept-alive connection between requests is closed without an answer, as its
-                # keep-alive timeout would close it: clients send the next request again by themselves.
-                kept_alive = other.cycle is not None and other.conn.their_state is h11.IDLE
-                between = kept_alive and not other.conn.trailing_data[0]
-                other._close_with(
-                    b"" if between else refusal(503, "Service Unavailable", message, retry=True)
-                )
-                return True
-        return False
+        """Close the other connection still waiting for its request that has been silent longest
+        (an upload that is moving is not); False if none is."""
+        waiting = [other for other in self.live if other is not self and other._waiting_for_request()]
+        if not waiting:
+            return False
+        other = min(waiting, key=lambda connection: connection._heard)
+        message = (
+            f"the server holds its most connections ({self.limits.max_connections}) and this one "
+            "has sent no whole request; send a request once connected"
+        )
+        # A kept-alive connection between requests is closed without an answer, as its keep-alive
+        # timeout would close it: clients send the next request again by themselves.
+        kept_alive = other.cycle is not None and other.conn.their_state is h11.IDLE
+        between = kept_alive and not other.conn.trailing_data[0]
+        other._close_with(b"" if between else refusal(503, "Service Unavailable", message, retry=True))
+        return True
 
     def _waiting_for_request(self) -> bool:
         # IDLE: not even a request's headers; SEND_BODY before the app answers: part of a body.
@@ -167,7 +170,7 @@ def refusal(status: int, reason: str, message: str, retry: bool = False) -> byte
     body = json.dumps({"error": message}).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\naccess-control-allow-origin: *\r\n"
         + (f"retry-after: {RETRY_AFTER_S}\r\n" if retry else "")
         + "\r\n"
     )

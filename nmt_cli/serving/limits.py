@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nmt_cli.errors import InputError
 from nmt_cli.ranges import SETTINGS, Allowed, Range, check_each
 
 # The values each option may take, declared as the decode settings' are (`ranges`).
@@ -39,9 +40,13 @@ class ServeLimits:
     """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
 
     def validate(self) -> None:
-        """Raises SettingError for a value out of its bounds. (A request of more lines than
-        --max-queue is taken when nothing waits.)"""
+        """Raises SettingError for a value out of its bounds, InputError for a rule between two."""
         check_each(BOUNDS, self)
+        if self.max_lines > self.max_queue:
+            raise InputError(
+                f"--max-lines {self.max_lines} is larger than --max-queue {self.max_queue}: "
+                "such a request could never be queued"
+            )
 
     @property
     def max_connections(self) -> int:

@@ -27,7 +27,7 @@ from nmt_cli.decoding.texts import Result, join_results, sentences_of, split_tex
 from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.errors import SettingError
 from nmt_cli.serving import libretranslate, page
-from nmt_cli.serving.batcher import Closed, QueueFull
+from nmt_cli.serving.batcher import Closed, QueueFull, TooLarge
 from nmt_cli.serving.dependencies import Posted, ServiceDep, keyed_posted, require_key
 from nmt_cli.serving.requests import (
     BadRequest,
@@ -283,6 +283,8 @@ async def decode(
         future = pair.batcher.submit(lines, settings)
     except QueueFull as err:
         raise Unanswered(503, f"queue: full, {err}; retry later", retry=True) from None
+    except TooLarge as err:  # its texts split into more sentences (or HTML blocks) than --max-queue
+        raise Unanswered(413, f"text: {err}; send fewer or shorter texts per request") from None
     except Closed as err:
         raise Unanswered(503, f"server: {err}", retry=True) from None
     try:
@@ -334,10 +336,10 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def failed(request: Request, exc: Exception) -> JSONResponse:
-    """A fault of the server's own: 500 in the same shape; the traceback goes to the log."""
-    return error(
-        500, f"{request.url.path}: the server failed ({type(exc).__name__}); its log has the details"
-    )
+    """A fault of the server's own: 500 in the same shape; the traceback goes to the log. Answered
+    outside the CORS middleware, so its header is added here: a page must be able to read it."""
+    message = f"{request.url.path}: the server failed ({type(exc).__name__}); its log has the details"
+    return error(500, message, {"Access-Control-Allow-Origin": "*"})
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

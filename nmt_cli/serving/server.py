@@ -86,6 +86,7 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
         access_log=not quiet,
         lifespan="on",
         limit_concurrency=None,
+        ws="none",  # no WebSocket route: an upgrade request is answered as plain HTTP (JSON errors)
     )
     server = _graceful_server(config)
     server.run(sockets=[sock])

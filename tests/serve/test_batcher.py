@@ -14,7 +14,7 @@ import pytest
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.settings import DecodeSettings
-from nmt_cli.serving.batcher import Batcher, Closed, QueueFull
+from nmt_cli.serving.batcher import Batcher, Closed, QueueFull, TooLarge
 
 BEAM4 = DecodeSettings(DecodeConfig(beam=4))
 GREEDY = DecodeSettings(DecodeConfig(beam=1))
@@ -118,19 +118,12 @@ def test_the_queue_is_bounded_in_lines(recorder: Recorder) -> None:
     assert batcher.waiting_lines == 0
 
 
-def test_a_request_larger_than_the_queue_is_taken_when_nothing_waits(recorder: Recorder) -> None:
-    recorder.release.clear()
+def test_a_request_larger_than_the_whole_queue_is_too_large_not_full(recorder: Recorder) -> None:
     batcher = make(recorder, wait_s=0.0, queue=4)
     batcher.start()
-    busy = batcher.submit(["taken at once"], BEAM4)
-    wait_started(recorder, 1)
-    large = batcher.submit(["a", "b", "c", "d", "e", "f"], BEAM4)  # nothing waits: taken
-    with pytest.raises(QueueFull):
-        batcher.submit(["g"], BEAM4)  # six wait: the queue is past full
-    assert batcher.waiting_lines == 6 and batcher.stats.rejected == 1
-    recorder.release.set()
-    assert results([busy, large]) == [["TAKEN AT ONCE"], ["A", "B", "C", "D", "E", "F"]]
-    assert batcher.submit(["g", "h", "i", "j", "k"], BEAM4).result(timeout=10) == ["G", "H", "I", "J", "K"]
+    with pytest.raises(TooLarge, match="5 lines, more than the whole queue holds"):
+        batcher.submit(["a", "b", "c", "d", "e"], BEAM4)  # waiting could never help: not QueueFull
+    assert batcher.submit(["a", "b", "c", "d"], BEAM4).result(timeout=10) == ["A", "B", "C", "D"]
     batcher.close()
 
 

@@ -225,6 +225,13 @@ def test_head_answers_wherever_get_does(server: Server) -> None:
         assert head.headers["content-type"] == server.get(path).headers["content-type"]
 
 
+def test_a_websocket_upgrade_is_answered_as_http(server: Server) -> None:
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+    upgrade["Sec-WebSocket-Key"] = "dGhlIHNhbXBsZSBub25jZQ=="
+    response = httpx.get(server.url + "/health", headers=upgrade, timeout=30)
+    assert response.status_code == 200 and "batches" in response.json()  # no route for WebSockets
+
+
 def test_bytes_that_are_not_http_get_a_json_400(server: Server) -> None:
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -237,15 +244,18 @@ def test_bytes_that_are_not_http_get_a_json_400(server: Server) -> None:
     assert json.loads(body)["error"].startswith("not a valid HTTP/1.1 request")
 
 
-def test_a_request_larger_than_the_whole_queue_is_answered(trained: TrainedRun, offline: Translator) -> None:
-    # Three texts of four sentences each: twelve lines for a queue of eight, which a refusal
-    # would never let through, however often the client retried.
+def test_a_request_larger_than_the_whole_queue_is_413_not_503(trained: TrainedRun) -> None:
+    # Three texts of four sentences each: twelve lines for a queue of eight. A 503 would have
+    # the client retry for ever.
     texts = [" ".join(f"{s.capitalize()}." for s in sentences(4, seed=seed)) for seed in (21, 22, 23)]
     with running_server(trained.checkpoint, "--max-queue", 8, "--max-lines", 8) as server:
         response = server.post({"text": texts})
-        assert response.status_code == 200, response.text
-        assert server.stats()["lines"] == 12
-    assert response.json() == {"translations": translate_offline(offline, texts)}
+        assert response.status_code == 413, response.text
+        assert "Retry-After" not in response.headers
+        assert response.json()["error"] == (
+            "text: 12 lines, more than the whole queue holds (8); send fewer or shorter texts per request"
+        )
+        assert server.post({"text": texts[:2]}).status_code == 200  # eight: they fit
 
 
 def test_a_client_that_goes_away_does_not_disturb_the_batch(server: Server, offline: Translator) -> None:
@@ -330,6 +340,7 @@ def test_without_the_extra_it_says_which_to_install(
 @pytest.mark.parametrize(
     "options, named",
     [
+        (["--max-lines", 10, "--max-queue", 5], "--max-lines"),
         (["--max-queue", 0], "--max-queue -> must be an integer from 1"),
         (["--max-batch-tokens", 0], "--max-batch-tokens"),
         (["--max-wait-ms", -1], "--max-wait-ms"),

@@ -127,39 +127,60 @@ def crowded(trained: TrainedRun) -> Iterator[Server]:
         yield running
 
 
+def idle_connections(server: Server, count: int, first: int) -> list[socket.socket]:
+    """`count` connections that send nothing, PER_CLIENT from each address from 127.0.0.10 on
+    (the `first`-th connection's address is 127.0.0.{10 + first // PER_CLIENT})."""
+    opened = []
+    for i in range(first, first + count):
+        sock = socket.socket()
+        sock.settimeout(10)
+        sock.bind((f"127.0.0.{10 + i // PER_CLIENT}", 0))
+        sock.connect(address(server))
+        opened.append(sock)
+    return opened
+
+
+def head_of_answer(sock: socket.socket) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head and (chunk := sock.recv(4096)):
+        head += chunk
+    return head
+
+
 def test_idle_connections_from_many_addresses_make_room_for_a_request(crowded: Server) -> None:
-    """Each address holds what it may, together more than the server holds: the oldest
-    connections without a request are closed (503) for newcomers, who are served."""
+    """Each address holds what it may, together more than the server holds: the connections
+    without a whole request that have been silent longest are closed for newcomers, who are
+    served; an upload that is moving is not closed."""
     held: list[socket.socket] = []
-    kept_alive = socket.create_connection(address(crowded), timeout=10)  # the oldest, between requests
+    kept_alive = socket.create_connection(address(crowded), timeout=10)  # silent longest, between requests
+    upload = socket.create_connection(address(crowded), timeout=10)
+    body = json.dumps({"text": ["apple river"]}).encode()
     try:
         kept_alive.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += kept_alive.recv(4096)
-        assert head.startswith(b"HTTP/1.1 200 ")
-        for i in range(84):  # from 14 addresses, PER_CLIENT each
-            sock = socket.socket()
-            sock.settimeout(10)
-            sock.bind((f"127.0.0.{10 + i // PER_CLIENT}", 0))
-            sock.connect(address(crowded))
-            if i % 2:
-                sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\n")
-            held.append(sock)
+        first = head_of_answer(kept_alive)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        upload.sendall(f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        held += idle_connections(crowded, 42, first=0)
+        time.sleep(0.5)  # the server has taken them in
+        upload.sendall(body[:5])  # the upload moves on: heard after those connected
+        time.sleep(0.5)
+        held += idle_connections(crowded, 42, first=42)
         response = other_client_translates(crowded)
         assert response.status_code == 200, response.text
-        # 1 + 84 held + the newcomer = 86 of 80: the six oldest made room.
-        assert [i for i, sock in enumerate(held) if not still_open(sock)] == list(range(5))
+        # 2 + 84 held + the newcomer = 87 of 80: the seven silent longest made room.
+        assert [i for i, sock in enumerate(held) if not still_open(sock)] == list(range(6))
+        assert still_open(upload)
+        upload.sendall(body[5:])
+        assert head_of_answer(upload).startswith(b"HTTP/1.1 200 ")
         # Between two requests, closed as its keep-alive timeout would close it: no answer to a
         # request it has not sent (its client sends it again on a new connection).
-        while chunk := kept_alive.recv(4096):
-            head += chunk
-        assert head.count(b"HTTP/1.1 ") == 1
-        status, body, _ = answer(held[0], within=10)  # connected, and no request yet: told why
-        assert status == 503 and "has sent no whole request" in body["error"]
+        while chunk := kept_alive.recv(4096):  # the rest of the /health answer, then its close
+            first += chunk
+        assert first.count(b"HTTP/1.1 ") == 1
+        status, answered, _ = answer(held[0], within=10)  # connected, and no request yet: told why
+        assert status == 503 and "has sent no whole request" in answered["error"]
     finally:
-        kept_alive.close()
-        for sock in held:
+        for sock in (kept_alive, upload, *held):
             sock.close()
 
 
