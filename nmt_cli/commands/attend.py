@@ -90,6 +90,16 @@ def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quie
         check_readable(input_path, f"--input {input_path}")
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out-dir {out_dir}: is a file, expected a directory")
+    # Pictures in this format from an earlier run would be mixed with this run's, or be in the way.
+    earlier = (
+        sorted(p.name for p in out_dir.glob(f"attention_*.{job.picture_format}")) if out_dir.is_dir() else []
+    )
+    if earlier:
+        shown = ", ".join(earlier[:2]) + (", ..." if len(earlier) > 2 else "")
+        raise InputError(
+            f"--out-dir {out_dir}: holds pictures of an earlier run ({shown}); choose another directory "
+            "or move them"
+        )
     configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
     # Attention pictures are drawn from an fp32 pass, whatever precision translation could use.

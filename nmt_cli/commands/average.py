@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from nmt_cli import checkpoint
@@ -20,6 +21,7 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
         raise InputError("nothing to average: give checkpoint files or --run RUN_DIR [--last N]")
     if last is not None and run_dir is None:
         raise InputError("--last needs --run RUN_DIR")
+    _each_once(checkpoints)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
     not_an_input(output, checkpoints, "--output")
     if checkpoint.numbered_or_last(output):
@@ -31,6 +33,21 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
     checkpoint.save(averaged, output, "--output")
     updates = ", ".join(str(source["update"]) for source in averaged.averaged_from or [])
     reporter.info(f"averaged {len(checkpoints)} checkpoints (updates {updates}) into {output}")
+
+
+def _each_once(checkpoints: list[Path]) -> None:
+    """Refuse a checkpoint given twice (by any name): it would weigh twice in the average."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in checkpoints:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # loading names what is wrong with it
+        first = seen.get((info.st_dev, info.st_ino))
+        seen[(info.st_dev, info.st_ino)] = path
+        if first is not None:
+            shown = "" if str(first) == str(path) else f" (as {first})"
+            raise InputError(f"{path}: given twice{shown}; each checkpoint counts once in an average")
 
 
 def latest(run_dir: Path, last: int | None, reporter: Reporter) -> list[Path]:

@@ -12,6 +12,7 @@ canvas directly, never pyplot's global state; matplotlib is imported only inside
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from rich.text import Text
 from nmt_cli.errors import InputError
 from nmt_cli.figures import check_picture_path, new_figure, require_matplotlib, save_figure
 from nmt_cli.files import output_target
-from nmt_cli.report import MetricsLog, Reporter
+from nmt_cli.report import Reporter
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -43,6 +44,8 @@ class Run:
     label: str
     train: list[dict]
     valid: list[dict]
+    left_out: tuple[int, ...] = ()
+    """Line numbers of metrics.jsonl that are no plottable record (damaged, NaN or infinite)."""
 
 
 def read_run(path: Path) -> Run:
@@ -52,9 +55,28 @@ def read_run(path: Path) -> Run:
         raise InputError(f"{path}: no such run directory")
     if not metrics.is_file():
         raise InputError(f"{path}: no metrics.jsonl here; expected the --out directory of `nmt train`")
-    records = [r for r in MetricsLog(metrics).read() if isinstance(r, dict) and _plottable(r)]
+    records, left_out = _records(metrics)
     label = (path if path.is_dir() else path.parent).resolve().name or str(path)
-    return Run(label, _latest(records, "train"), _latest(records, "valid"))
+    return Run(label, _latest(records, "train"), _latest(records, "valid"), left_out)
+
+
+def _records(metrics: Path) -> tuple[list[dict], tuple[int, ...]]:
+    """The plottable records of a metrics.jsonl, and the numbers of the lines that are none (a
+    last line still being written, without its newline, is neither)."""
+    lines = metrics.read_bytes().split(b"\n")
+    records, left_out = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = None
+        if isinstance(record, dict) and _plottable(record):
+            records.append(record)
+        elif number < len(lines):
+            left_out.append(number)
+    return records, tuple(left_out)
 
 
 def _plottable(record: dict) -> bool:
@@ -264,6 +286,12 @@ def run(run_dirs: list[Path], output: Path | None, terminal: bool, x_axis: str, 
         require_matplotlib()  # before reading anything: the one-line hint comes first
     runs = []
     for run_dir, one in zip(run_dirs, _labelled([read_run(p) for p in run_dirs], run_dirs), strict=True):
+        if one.left_out:
+            lines = ", ".join(map(str, one.left_out[:3])) + (", ..." if len(one.left_out) > 3 else "")
+            reporter.warn(
+                f"{run_dir}: left out {len(one.left_out)} line(s) of metrics.jsonl that are no record a "
+                f"figure can hold (damaged, or NaN or infinite values): line {lines}"
+            )
         if one.train or one.valid:
             runs.append(one)
         else:

@@ -180,3 +180,15 @@ def test_an_output_that_resuming_reads_is_refused(
         one_line_error(capsys)
     assert {p.name: p.read_bytes() for p in ckpts.iterdir()} == before
     assert average("--run", run, "--last", 2, "-o", run / "average.pt") == 0
+
+
+def test_a_checkpoint_given_twice_is_refused(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "same.pt"
+    link.symlink_to(trained.checkpoint)
+    for twice in ([trained.checkpoint, trained.checkpoint], [trained.checkpoint, link]):
+        capsys.readouterr()
+        assert nmt("average", *twice, "-o", tmp_path / "avg.pt") == 2
+        assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / "avg.pt").exists()

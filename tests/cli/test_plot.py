@@ -226,6 +226,28 @@ def test_attend_translates_as_translate_does_and_draws_each_line(
     assert all((maps / name).read_bytes()[:4] == b"\x89PNG" for name in drawn)
     assert nmt("-q", "attend", *args, "--layer", 1, "--head", 2, "--format", "svg") == 0
     assert len(list(maps.glob("*.svg"))) == len(drawn)
+    # Again in a format already there: refused before any work, the earlier pictures kept.
+    before = {p.name: p.read_bytes() for p in maps.iterdir()}
+    capsys.readouterr()
+    assert nmt("attend", *args) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and "holds pictures of an earlier run (attention_0001.png" in err.err
+    assert {p.name: p.read_bytes() for p in maps.iterdir()} == before
+
+
+def test_plot_says_which_lines_of_metrics_it_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    good = [json.dumps({"type": "train", "update": n, "loss": 5.0 - n, "lr": 1e-3}) for n in (1, 2, 3)]
+    damaged = [good[0], "not json at all", good[1], '{"type": "train", "update": 3, "loss": NaN}', good[2]]
+    (run_dir / "metrics.jsonl").write_text("\n".join(damaged) + '\n{"type": "tra', encoding="utf-8")
+    capsys.readouterr()
+    assert nmt("plot", run_dir, "-o", tmp_path / "c.png") == 0
+    err = capsys.readouterr().err
+    assert "left out 2 line(s) of metrics.jsonl" in err and "line 2, 4" in err  # not the cut last one
 
 
 @pytest.mark.parametrize(
