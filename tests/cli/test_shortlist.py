@@ -100,8 +100,9 @@ def test_asking_for_a_shortlist_the_model_lacks_is_one_line(
 
 
 def test_averaging_keeps_the_shortlist(listed: Path, tmp_path: Path) -> None:
-    out = tmp_path / "avg.pt"
-    assert nmt("-q", "average", listed, listed, "-o", out) == 0
+    out, copy = tmp_path / "avg.pt", tmp_path / "copy.pt"
+    copy.write_bytes(listed.read_bytes())  # a second file: the same one twice is refused
+    assert nmt("-q", "average", listed, copy, "-o", out) == 0
     assert torch.equal(stored(out).candidates, stored(listed).candidates)
 
 
