@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import os
 import stat
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -82,6 +83,28 @@ def open_in_place(target: Path, binary: bool = False) -> IO[Any]:
             else os.fdopen(os.dup(descriptor), "w", encoding="utf-8")
         )
     return open(target, "wb") if binary else open(target, "w", encoding="utf-8")
+
+
+def to_terminal(output_path: Path | None) -> bool:
+    """Whether an output (stdout where None) is a terminal, which a progress bar would cut through."""
+    if output_path is None:
+        return sys.stdout.isatty()
+    descriptor = own_descriptor(output_path)
+    if descriptor is not None:
+        return os.isatty(descriptor)
+    return os.path.realpath(output_path) == "/dev/tty"
+
+
+def line_count(input_path: Path) -> int | None:
+    """The lines of an input file (for a progress bar's total), in a pass at disk speed; None for
+    what is not a regular file (a pipe can be read once only)."""
+    if not input_path.is_file():
+        return None
+    lines, last = 0, b"\n"
+    with input_path.open("rb") as counted:
+        for chunk in iter(lambda: counted.read(1 << 20), b""):
+            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    return lines + (last != b"\n")  # a last line without its newline is a line too
 
 
 def not_an_input(output: Path, inputs: Iterable[Path], name: str) -> None:

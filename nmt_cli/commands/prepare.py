@@ -11,15 +11,14 @@ learning one.
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from nmt_cli import __version__
-from nmt_cli.data import corpus, spm, text, vocabulary
+from nmt_cli.data import corpus, corpus_owner, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.files import not_the_working_directory
@@ -76,7 +75,7 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
     corpus_lines = [_count_pairs("train", *paths) for paths in corpora]
     created = corpus.check_out_dir(out)
-    _refuse_foreign(out)
+    corpus_owner.refuse_foreign(out)
     fingerprint = corpus.fingerprint({"train": sum(corpora, ()), **inputs}, options)
     meta = corpus.find_reusable(out, fingerprint)
     if meta is not None:
@@ -142,49 +141,6 @@ def _start(out: Path, created: Path | None) -> Path:
     except OSError as err:
         corpus.remove_created(out, created)
         raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
-
-
-def _refuse_foreign(out: Path) -> None:
-    """Refuse an existing `out` that holds files and is not a corpus of ours: a run would replace
-    any of them that has the name of a corpus file (meta.json, spm.model, ...)."""
-    if not out.is_dir():
-        return  # the run creates it
-    try:
-        names = sorted(p.name for p in out.iterdir())
-    except OSError as err:
-        raise InputError(f"--out {out}: cannot list the directory ({err.strerror})") from None
-    # Hidden files (a killed run's staging folder, .DS_Store) and a file system's lost+found are
-    # not what a run would replace.
-    others = [name for name in names if not name.startswith(".") and name != "lost+found"]
-    if not others or _is_corpus_meta(out / corpus.META):
-        return
-    binarized = any(name.endswith((".bin", ".idx")) for name in others)
-    if corpus.META not in names and binarized and all(_corpus_shaped(name) for name in others):
-        return  # a run stopped while it moved its files in: they are ours, meta.json was not written yet
-    listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-    raise InputError(
-        f"--out {out}: not empty ({listed}) and not a corpus written by `nmt prepare`; choose "
-        "another directory or empty it"
-    )
-
-
-def _corpus_shaped(name: str) -> bool:
-    """A name `nmt prepare` gives its files: SPLIT.LANG.bin / .idx and the sentencepiece models."""
-    return name.endswith((".bin", ".idx")) or (name.startswith("spm") and name.endswith(".model"))
-
-
-def _is_corpus_meta(path: Path) -> bool:
-    """Whether `path` is a meta.json as `corpus.publish` writes it: a JSON object with every key
-    that CorpusMeta requires. Its values are not checked: a corpus of another version, or a
-    damaged one, is still ours to replace."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    required = {
-        f.name for f in fields(corpus.CorpusMeta) if f.default is MISSING and f.default_factory is MISSING
-    }
-    return isinstance(data, dict) and required <= data.keys()
 
 
 def _check_options(cfg: PrepareConfig) -> None:

@@ -30,7 +30,14 @@ from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, describe
-from nmt_cli.files import fsync_directory, not_an_input, open_in_place, output_target, own_descriptor
+from nmt_cli.files import (
+    fsync_directory,
+    line_count,
+    not_an_input,
+    open_in_place,
+    output_target,
+    to_terminal,
+)
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
@@ -76,8 +83,8 @@ def run(
         not_an_input(output_path, inputs, "--output")
         if not destination[1]:
             _partial_not_in_the_way(output_path, destination[0])
-    shown = reporter.bars_enabled and not _to_terminal(output_path)
-    total = _line_count(input_path) if shown and input_path is not None else None
+    shown = reporter.bars_enabled and not to_terminal(output_path)
+    total = line_count(input_path) if shown and input_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = with_terms(
         translator.settings(decode, nbest, job.batch_tokens, sampling), terms, job.ordered_constraints
@@ -116,28 +123,6 @@ def run(
         if input_path is not None:
             source.close()
     _warn_after(reporter, emptied["lines"], translator)
-
-
-def _to_terminal(output_path: Path | None) -> bool:
-    """Whether the translations go to a terminal, which a progress bar would cut through."""
-    if output_path is None:
-        return sys.stdout.isatty()
-    descriptor = own_descriptor(output_path)
-    if descriptor is not None:
-        return os.isatty(descriptor)
-    return os.path.realpath(output_path) == "/dev/tty"
-
-
-def _line_count(input_path: Path) -> int | None:
-    """The lines of an input file, for the progress bar's total (an ETA), in a pass at disk speed;
-    None for what is not a regular file (a pipe can be read once only)."""
-    if not input_path.is_file():
-        return None
-    lines, last = 0, b"\n"
-    with input_path.open("rb") as counted:
-        for chunk in iter(lambda: counted.read(1 << 20), b""):
-            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
-    return lines + (last != b"\n")  # a last line without its newline is a line too
 
 
 def _partial_not_in_the_way(output_path: Path, target: Path) -> None:

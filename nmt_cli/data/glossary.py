@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nmt_cli.data.text import iter_lines
+from nmt_cli.data.text import is_unicode, iter_lines
 from nmt_cli.errors import InputError
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -39,14 +39,6 @@ empty, so it never collides with one."""
 _FORMAT = "expected `source term<TAB>target term`"
 
 Trie = dict[str, Any]
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def words(text: str) -> tuple[str, ...]:
@@ -94,7 +86,7 @@ class Glossary:
             is_pair = isinstance(pair, tuple | list) and len(pair) == 2
             if not is_pair or not all(isinstance(term, str) for term in pair):
                 raise InputError(f"{where} entry {n}: expected (source term, target term), got {pair!r}")
-            if not all(term.isascii() or _is_unicode(term) for term in pair):
+            if not all(is_unicode(term) for term in pair):
                 raise InputError(f"{where} entry {n}: {pair!r} is not valid Unicode (a lone surrogate)")
             numbered.append((n, pair[0], pair[1]))
         return cls._build(numbered, lambda n: f"{where} entry {n}", "entry")

@@ -124,3 +124,15 @@ def raw_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[bytes
             if not a:
                 return
             yield a, b
+
+
+def is_unicode(text: str) -> bool:
+    """Whether `text` can be written as UTF-8: a Python string may hold lone surrogates (a JSON
+    escape such as "\\ud800"), which sentencepiece and every encoder refuse."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -113,6 +113,10 @@ def resolve(
     if nbest is not None:
         check_setting("nbest", nbest)
     check_setting("batch_tokens", batch_tokens)
+    if sampling is not None and not isinstance(sampling, Sampling):
+        raise SettingError(
+            "sampling", sampling, 'must be a Sampling, such as Sampling("topk", topk=10), or None'
+        )
     count = int(nbest or 1)  # type: ignore[call-overload]
     given = search.given()
     if sampling is not None:

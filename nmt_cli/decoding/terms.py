@@ -19,6 +19,7 @@ import torch
 from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.glossary import Glossary
+from nmt_cli.data.text import is_unicode
 from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.errors import InputError
 from nmt_cli.special_ids import EOS_ID, UNK_ID
@@ -136,7 +137,7 @@ def _checked(
 def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
     if not phrase.strip():
         raise ConstraintError(index, line, "an empty constraint: leave it out", source)
-    if not phrase.isascii() and not _is_unicode(phrase):
+    if not is_unicode(phrase):
         raise ConstraintError(
             index, line, f"constraint {phrase!r} is not valid Unicode (a lone surrogate)", source
         )
@@ -150,14 +151,6 @@ def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source:
             source,
         )
     return ids
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:

@@ -224,11 +224,6 @@ class Translator:
         if unknown:
             raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
         given = cast(dict[str, Any], options)
-        drawn = given.get("sampling")
-        if drawn is not None and not isinstance(drawn, Sampling):
-            raise SettingError(
-                "sampling", drawn, 'must be a Sampling, such as Sampling("topk", topk=10), or None'
-            )
         search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
         settings = self.settings(
             search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")

@@ -1,0 +1,67 @@
+"""The rules of a run directory (`nmt train --out`) that protect earlier work: which checkpoint a
+run resumes from, and where a new run may start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt_cli import checkpoint
+from nmt_cli.errors import InputError
+
+LAST = Path("checkpoints") / "checkpoint_last.pt"
+
+RUN_FILES = {".lock", "config.toml", "metrics.jsonl", "checkpoints"}
+
+
+def last_checkpoint(last: Path) -> checkpoint.Checkpoint:
+    """The checkpoint to resume; a damaged one says how to resume from another of the run."""
+    try:
+        return checkpoint.load(last)
+    except checkpoint.DamagedCheckpoint as err:
+        # The newest numbered checkpoint that is another file: the last one is a hard link to one
+        # (which `ln -f` replaces, where `cp` would write through it into the damaged one).
+        others = [path for _, path in checkpoint.numbered(last.parent) if not _same_file(path, last)]
+        if not others:
+            raise
+        raise InputError(f"{err}; to resume from {others[-1].name}: ln -f {others[-1]} {last}") from None
+
+
+def _checkpoint_files(directory: Path) -> list[str]:
+    """The checkpoints in a run's checkpoints/, leaving out what a killed writer left half-written."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.suffix == ".pt" and not p.name.startswith("."))
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.samefile(other)
+    except OSError:
+        return False
+
+
+def nothing_else_in(out: Path) -> None:
+    """A new run starts in a new or empty directory, or in one of a run killed before its first
+    checkpoint: never over another run's checkpoints, nor over files nmt did not write."""
+    if not out.is_dir():
+        return
+    saved = checkpoint.numbered(out / "checkpoints")
+    if saved:
+        raise InputError(
+            f"--out {out}: its run saved {saved[-1][1].name} but {LAST} is missing; copy that file to "
+            f"{LAST.name} to resume from it, or choose a new --out"
+        )
+    kept = _checkpoint_files(out / "checkpoints")
+    if kept:  # checkpoint_best.pt, say, where keep_last = 0 pruned every numbered one
+        raise InputError(
+            f"--out {out}: holds {kept[0]} of a run but {LAST} is missing; copy a checkpoint of the run "
+            "there to resume from it, or choose a new --out"
+        )
+    # A run makes checkpoints/ before anything else: without it, config.toml is somebody else's.
+    ours = RUN_FILES if (out / "checkpoints").is_dir() else {".lock"}
+    others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise InputError(
+            f"--out {out}: holds files that are not an nmt run's ({shown}); choose a new or empty directory"
+        )
