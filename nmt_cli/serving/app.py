@@ -131,8 +131,9 @@ class CountRequests:
         try:
             await self.app(scope, receive, send_counted)
         finally:
-            path = scope.get("path", "")
-            self.metrics.answered(path if path in ROUTES else "other", status, time.perf_counter() - start)
+            path, method = scope.get("path", ""), scope.get("method", "")
+            route = path if path in ROUTES else "other"
+            self.metrics.answered(route, method, status, time.perf_counter() - start)
 
 
 class CrossOrigin:

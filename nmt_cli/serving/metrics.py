@@ -1,7 +1,8 @@
 """GET /metrics of `nmt serve`, in Prometheus' text format through `prometheus-client`: requests
-by route and status, their latency, lines and source tokens translated, batch sizes, and the
+by route, method and status, their latency, lines and source tokens translated, batch sizes, and the
 queue depth and live workers of each language pair. Routes are labelled by the app's route
-templates (anything else is "other"), so that a scan of random paths cannot grow the series."""
+templates (anything else is "other") and methods likewise, so that a scan of random paths or
+methods cannot grow the series; a browser's CORS preflight (OPTIONS) is thus not a translation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 
 
 class Metrics:
@@ -17,9 +19,15 @@ class Metrics:
 
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("nmt_requests", "HTTP requests answered.", ["route", "status"], registry=r)
+        self.requests = Counter(
+            "nmt_requests", "HTTP requests answered.", ["route", "method", "status"], registry=r
+        )
         self.latency = Histogram(
-            "nmt_request_seconds", "Time to answer a request.", ["route"], buckets=LATENCY_BUCKETS, registry=r
+            "nmt_request_seconds",
+            "Time to answer a request.",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.lines = Counter("nmt_lines_translated", "Lines translated.", ["pair"], registry=r)
         self.tokens = Counter(
@@ -41,9 +49,10 @@ class Metrics:
         self.tokens.labels(pair).inc(tokens)
         self.batch_lines.labels(pair).observe(lines)
 
-    def answered(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+    def answered(self, route: str, method: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "other"
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route, method).observe(seconds)
 
     def text(self) -> tuple[bytes, str]:
         """The exposition and its content type."""

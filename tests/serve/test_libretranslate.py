@@ -263,11 +263,11 @@ def test_metrics_parse_with_prometheus_clients_parser(server: Server) -> None:
     assert server.post({"q": "x", "source": "en", "target": "xx"}).status_code == 400
     assert server.post({"q": "apple"}, path="/detect").status_code == 200
     after = _samples(server)
-    detect = ("nmt_requests_total", (("route", "/detect"), ("status", "200")))
+    detect = ("nmt_requests_total", (("method", "POST"), ("route", "/detect"), ("status", "200")))
     assert after[detect] - before.get(detect, 0) == 1  # a route of its own, not "other"
-    ok = ("nmt_requests_total", (("route", "/translate"), ("status", "200")))
+    ok = ("nmt_requests_total", (("method", "POST"), ("route", "/translate"), ("status", "200")))
     assert after[ok] - before.get(ok, 0) == 3
-    bad = ("nmt_requests_total", (("route", "/translate"), ("status", "400")))
+    bad = ("nmt_requests_total", (("method", "POST"), ("route", "/translate"), ("status", "400")))
     assert after[bad] - before.get(bad, 0) == 1
     lines = ("nmt_lines_translated_total", (("pair", "en-de"),))
     assert after[lines] - before.get(lines, 0) == 3 * len(LINES)
@@ -303,6 +303,22 @@ def test_pages_of_any_origin_may_call_libretranslates_routes_but_not_info(server
     )
     info = httpx.get(server.url + "/info", headers=ORIGIN, timeout=30)
     assert info.status_code == 200 and "access-control-allow-origin" not in info.headers  # model paths
+
+
+def test_preflights_and_odd_methods_are_counted_apart_from_translations(server: Server) -> None:
+    asked = {**ORIGIN, "Access-Control-Request-Method": "POST"}
+    before = _samples(server)
+    assert httpx.options(server.url + "/translate", headers=asked, timeout=30).status_code == 200
+    for method in ("BREW", "PROPFIND"):
+        assert httpx.request(method, server.url + "/translate", timeout=30).status_code == 405
+    after = _samples(server)
+
+    def added(method: str, status: str) -> float:
+        key = ("nmt_requests_total", (("method", method), ("route", "/translate"), ("status", status)))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert added("OPTIONS", "200") == 1 and added("POST", "200") == 0
+    assert added("other", "405") == 2  # client-chosen methods share one series
 
 
 def _samples(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
