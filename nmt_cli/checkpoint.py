@@ -198,8 +198,7 @@ def load(path: Path) -> Checkpoint:
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-            checked.result()
-            raise _unreadable(path, err) from None
+            raise _unreadable(path, err, whole_zip=checked.result()) from None
         except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
             checked.result()
             raise InputError(
@@ -209,33 +208,39 @@ def load(path: Path) -> Checkpoint:
     return Checkpoint.from_dict(payload, path)
 
 
-def _unreadable(path: Path, err: Exception) -> InputError:
+def _unreadable(path: Path, err: Exception, whole_zip: bool) -> InputError:
     """What torch.load failing to read `path` means to the user. torch's own words for a file cut
     short are a paragraph of its zip reader's internals ("failed finding central directory. This
     is an internal miniz error..."), of no use to someone who only needs another file."""
     if isinstance(err, OSError) and err.filename is not None:  # refused by the system when opened
         hint = "check its permissions" if isinstance(err, PermissionError) else "check the file and its disk"
         return InputError(f"checkpoint {path}: cannot read it ({err.strerror}); {hint}")
+    if whole_zip:  # every member whole, yet not laid out as torch.save lays it out (an .npz, a .zip)
+        return InputError(
+            f"checkpoint {path}: not an nmt checkpoint (a zip archive torch did not write){NOT_OURS}"
+        )
     return DamagedCheckpoint(
         f"checkpoint {path}: not a complete checkpoint (the file is cut short or damaged); use another "
         "one, e.g. an earlier checkpoint_N.pt of the run"
     )
 
 
-def _check_integrity(path: Path) -> None:
+def _check_integrity(path: Path) -> bool:
     """torch.save writes a zip archive with a CRC-32 for every tensor's bytes, which torch.load
     does not check: a damaged tensor would load and decode garbage. zipfile checks them all (at
-    several GB/s). A file that is not a zip archive is left to torch.load to describe."""
+    several GB/s). Whether `path` is a whole zip archive; one that is not is left to torch.load
+    to describe."""
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
-        return
+        return False
     if damaged is not None:
         raise DamagedCheckpoint(
             f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
             "another one, e.g. an earlier checkpoint_N.pt of the run"
         )
+    return True
 
 
 def numbered_or_last(path: Path) -> bool:

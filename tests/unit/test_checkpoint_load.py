@@ -99,6 +99,22 @@ def test_a_checkpoint_cut_short_is_named_so_in_one_clean_line(
     assert not (tmp_path / "avg.pt").exists()
 
 
+def test_a_whole_zip_that_torch_did_not_write_is_not_called_cut_short(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zipfile
+
+    foreign = tmp_path / "arrays.npz"  # what numpy.savez writes: a zip of .npy members
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("weights.npy", b"\x93NUMPY")
+    assert nmt("translate", "-m", foreign, "-i", foreign, "--device", "cpu") == 2
+    line = one_line_error(capsys)
+    assert line == (
+        f"nmt: error: checkpoint {foreign}: not an nmt checkpoint (a zip archive torch did not write); "
+        "give a .pt file written by `nmt train` or `nmt average`"
+    )
+
+
 def test_a_checkpoint_the_system_will_not_open_says_why(
     trained: TrainedRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
