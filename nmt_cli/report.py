@@ -100,13 +100,15 @@ class MetricsLog:
                 "then run the same command to resume"
             ) from None
 
-    def keep_until(self, update: int) -> None:
+    def keep_until(self, update: int, place: tuple[int, int]) -> None:
         """Drop the records of updates after `update` (and a line cut short): what a killed
-        session wrote past its last checkpoint, which the resumed run writes again."""
+        session wrote past its last checkpoint, which the resumed run writes again. Skipped
+        updates leave the count at `update`: those read past the checkpoint's (epoch, batch)
+        `place` in the data are redone too."""
         if not self.path.is_file():
             return
         lines = self.path.read_bytes().splitlines(keepends=True)
-        kept = [line for line in lines if _update_of(line) <= update]
+        kept = [line for line in lines if _update_of(line) < update or _kept_at(line, update, place)]
         if kept != lines:
             with atomic_write(self.path, binary=True) as stream:
                 stream.writelines(kept)
@@ -121,6 +123,21 @@ class MetricsLog:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue  # a line cut short by a killed run, or damaged
         return records
+
+
+def _kept_at(line: bytes, update: int, place: tuple[int, int]) -> bool:
+    """Whether a record of `line` is one of update `update` or earlier that a run resumed at
+    `update` and data `place` does not write again."""
+    if _update_of(line) != update:
+        return False
+    record = json.loads(line)
+    if (
+        record.get("type") != "skip"
+        or not isinstance(record.get("epoch"), int)
+        or not isinstance(record.get("batch"), int)
+    ):
+        return True  # records written before skips carried their place are kept, as they were
+    return (record["epoch"], record["batch"]) <= place
 
 
 def _update_of(line: bytes) -> float:

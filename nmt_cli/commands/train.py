@@ -128,7 +128,7 @@ def open_session(
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
     if world.is_main:
-        _prepare_run_directory(out, cfg, update)
+        _prepare_run_directory(out, cfg, update, _place_in_data(resume))
     model = _build_model(cfg, resume or init, dev, compile_model)
     processes = f" x {world.size} processes" if world.distributed else ""
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
@@ -272,7 +272,13 @@ def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: P
         )
 
 
-def _prepare_run_directory(out: Path, cfg: RunConfig, update: int) -> None:
+def _place_in_data(resume: checkpoint.Checkpoint | None) -> tuple[int, int]:
+    """The (epoch, batch) a resumed run goes on from."""
+    progress = resume.progress if resume is not None and resume.progress is not None else {}
+    return int(progress.get("epoch", 1)), int(progress.get("batch", 0))
+
+
+def _prepare_run_directory(out: Path, cfg: RunConfig, update: int, place: tuple[int, int]) -> None:
     """checkpoints/ (without what a killed run left half-written), the resolved config.toml, and
     metrics.jsonl without the records past `update` (a killed session's, which this one redoes)."""
     try:
@@ -288,7 +294,7 @@ def _prepare_run_directory(out: Path, cfg: RunConfig, update: int) -> None:
             raise InputError(f"--out {out}: {name} is in the way and is not a file; move it")
     with atomic_write(out / "config.toml") as stream:
         stream.write(dump_toml(cfg))
-    MetricsLog(out / "metrics.jsonl").keep_until(update)
+    MetricsLog(out / "metrics.jsonl").keep_until(update, place)
 
 
 def _build_model(

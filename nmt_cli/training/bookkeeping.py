@@ -131,8 +131,11 @@ class Bookkeeping:
         self.bad_in_row += 1
         update = self.progress.update
         if self.is_main:
+            # Where the data stood when the skip was read, so that a resumed run tells the skips
+            # it redoes (past its checkpoint's place in the data) from those it does not.
+            place = {"epoch": self.progress.epoch, "batch": self.progress.batch}
             self.metrics.write(
-                {"type": "skip", "update": update, "loss": done.loss, "grad_norm": done.grad_norm}
+                {"type": "skip", "update": update, **place, "loss": done.loss, "grad_norm": done.grad_norm}
             )
             self.reporter.warn(f"update {update + 1}: non-finite loss or gradient, skipped")
 

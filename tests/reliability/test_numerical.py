@@ -148,3 +148,31 @@ def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
     monkeypatch.undo()
     assert nmt(*args, "--set", "train.max_updates=6") == 0  # the later --set wins
     assert checkpoint.load(last).update == 6 and all_finite(last)
+
+
+def test_a_skip_past_the_checkpoint_is_logged_once_when_a_killed_run_redoes_it(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Call 5 is skipped after checkpoint 4 (its record says update 4); the run is then killed
+    # before another checkpoint. Resumed at checkpoint 4's place in the data, it meets the same
+    # batch first (call 8 of the two sessions) and skips it again: one record of it, not two.
+    inject(monkeypatch, {5: "nan loss", 8: "nan loss"}.get)
+    run_dir = tmp_path / "run"
+    args = train_args(
+        corpus.data,
+        run_dir,
+        "train.save_every_updates=4",
+        "train.valid_every_updates=0",
+        "train.log_every_updates=1",
+    )
+    assert nmt(*args, "--set", "train.max_updates=6") == 0
+    ckpts = run_dir / "checkpoints"
+    # What a hard kill after update 5 leaves: checkpoint_last is still checkpoint 4's.
+    (ckpts / "checkpoint_6.pt").unlink()
+    (ckpts / "checkpoint_last.pt").unlink()
+    (ckpts / "checkpoint_last.pt").hardlink_to(ckpts / "checkpoint_4.pt")
+    assert nmt(*args, "--set", "train.max_updates=6") == 0
+    records = MetricsLog(run_dir / "metrics.jsonl").read()
+    skips = [(r["update"], r["epoch"], r["batch"]) for r in records if r["type"] == "skip"]
+    assert len(skips) == 1 and skips[0][0] == 4
+    assert [r["update"] for r in records if r["type"] == "train"] == [1, 2, 3, 4, 5, 6]
