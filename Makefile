@@ -1,8 +1,11 @@
 # Set-up and everyday tasks. Every target creates .venv and installs what is missing.
-#   make setup              CPU build of torch (pinned, small)
+#   make setup              torch pinned (torch==2.13.0) from pip's configured indexes
+#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+#                           the same pin from PyTorch's CPU index: the small CPU build
 #   make setup TORCH=torch  the default PyPI build of torch, which on Linux is the CUDA build
 PYTHON ?= python3
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -15,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
