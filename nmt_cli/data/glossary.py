@@ -22,6 +22,7 @@ as fast as ten.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
@@ -57,8 +58,9 @@ class Glossary:
     size: int
 
     @classmethod
-    def read(cls, path: Path) -> Glossary:
+    def read(cls, path: str | os.PathLike[str]) -> Glossary:
         """The glossary in a TSV file; an InputError naming `path:line` for any bad line."""
+        path = Path(path)  # a str from Python callers, as open() takes
         name = f"glossary {path}"
         if path.is_dir():
             raise InputError(f"{name}: is a directory; give a TSV file, {_FORMAT} a line")

@@ -93,6 +93,7 @@ def test_read_parses_a_tsv_file_stripping_terms_and_skipping_blank_lines(tmp_pat
     path = write(tmp_path, "\ufeffBerlin\tBerlin\r\n\n   \n New York \t New York City \n#1\tNummer eins\n")
     glossary = Glossary.read(path)
     assert len(glossary) == 3
+    assert Glossary.read(str(path)).targets("New York") == ["New York City"]  # as Python callers give paths
     assert glossary.targets("#1 in New York, not Berlin") == ["Nummer eins", "New York City", "Berlin"]
 
 
