@@ -21,8 +21,8 @@ import torch
 
 from nmt_cli import recipe
 from nmt_cli.config import RunConfig
-from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import output_file, process_alive
+from nmt_cli.errors import InputError, Terminated
+from nmt_cli.files import output_file, process_alive, write_failure
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -157,20 +157,31 @@ def numbered_name(update: int) -> str:
 def save(ckpt: Checkpoint, path: Path, name: str = "checkpoint") -> None:
     """Write `ckpt` to `path` so that `path` is either the old file or the complete new one
     (`files.output_file`: a link is written through, what is not a file is refused; `name` says
-    which option named it)."""
+    which option named it, or "checkpoint" for one a run names itself)."""
     try:
         with output_file(path, name, binary=True, durable=True) as stream:
             torch.save(ckpt.to_dict(), stream)
     except (OSError, RuntimeError) as err:
-        # torch's zip writer reports a failed write (a full disk) as a RuntimeError raised while
-        # handling the OSError; anything else of torch's is not a write failure.
-        failed = err if isinstance(err, OSError) else err.__cause__ or err.__context__
+        # torch's zip writer reports what stopped a write (a full disk, Ctrl-C or SIGTERM raised
+        # in the middle of it) as a RuntimeError raised while handling it; anything else of
+        # torch's is not a write failure.
+        failed = _what_stopped(err)
+        if isinstance(failed, KeyboardInterrupt | Terminated):
+            raise failed from None
         if not isinstance(failed, OSError):
             raise
-        raise RunFailure(
-            f"cannot write checkpoint {path}: {failed.strerror or failed}; free some disk space or "
-            "choose another output"
-        ) from None
+        option = name if name.startswith("-") else None
+        raise write_failure(failed, f"{name} {path}", option) from None
+
+
+def _what_stopped(err: BaseException) -> BaseException:
+    """The first interrupt or OSError in `err`'s chain of causes, or `err` itself."""
+    seen: BaseException | None = err
+    for _ in range(16):  # a chain is short; the bound guards against a cycle
+        if seen is None or isinstance(seen, OSError | KeyboardInterrupt | Terminated):
+            break
+        seen = seen.__cause__ or seen.__context__
+    return seen or err
 
 
 def remove_stale_temporaries(checkpoint_dir: Path) -> None:
@@ -188,8 +199,10 @@ def load(path: Path) -> Checkpoint:
     """Load a checkpoint onto the CPU, with one clear error for every way it can be unusable."""
     if not path.exists():
         raise InputError(f"checkpoint {path}: no such file")
-    if not path.is_file():
+    if path.is_dir():
         raise InputError(f"checkpoint {path}: is a directory, not a checkpoint file")
+    if not path.is_file():  # a device, a FIFO, a socket: reading one would block or mean nothing
+        raise InputError(f"checkpoint {path}: not a regular file; give a checkpoint file (.pt)")
     # The checksums are read beside the load (zlib lets go of the interpreter's lock): 22 ms of a
     # 32,000-piece model's start. A damaged tensor is the first thing to report, so the check's
     # answer is awaited before any other.

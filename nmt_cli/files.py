@@ -4,7 +4,9 @@ replacement, and the cleanup of what a killed writer left."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import os
 import stat
 import sys
@@ -12,12 +14,48 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, NmtError, RunFailure
+
+NAME_MAX = 255  # bytes in one file name, on Linux's and macOS's file systems alike
 
 
 def temporary_name(path: Path) -> Path:
     """The hidden file beside `path` that a writer fills before renaming it: `.NAME.tmp-PID`."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    return path.with_name(hidden_name(path.name, f".tmp-{os.getpid()}"))
+
+
+def hidden_name(name: str, suffix: str, spare: int = 0) -> str:
+    """`.NAME` + `suffix`, the name of a writer's temporary beside NAME, in at most NAME_MAX
+    bytes with `spare` bytes left over (for mkdtemp's random letters). A legal NAME near the limit
+    would make it too long: NAME is then cut, and a hash of the whole of it keeps two names that
+    share their beginning apart."""
+    whole = f".{name}{suffix}"
+    if len(os.fsencode(whole)) + spare <= NAME_MAX:
+        return whole
+    raw = os.fsencode(name)
+    tail = f"~{hashlib.sha256(raw).hexdigest()[:12]}{suffix}"
+    room = NAME_MAX - spare - 1 - len(os.fsencode(tail))
+    # Cut by bytes: a character split in two stays as the escaped bytes os.fsdecode makes of it.
+    return f".{os.fsdecode(raw[:room])}{tail}"
+
+
+def write_failure(err: OSError, where: str, option: str | None = None) -> NmtError:
+    """One line for an output the system would not write: `where` names it ("--output x.pt"),
+    then the reason and a hint that fits it; `option`, the option that chooses another place.
+    As `translate -o`: exit 2 where the output itself is at fault (permissions, a read-only file
+    system, a name too long), 1 where the run failed while writing (a full disk, an I/O error)."""
+    reason = err.strerror or str(err)
+    elsewhere = f" or choose another {option}" if option else ""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return RunFailure(f"{where}: cannot write ({reason}); free some disk space{elsewhere}")
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return InputError(
+            f"{where}: cannot write ({reason}); check the permissions of its directory{elsewhere}"
+        )
+    if err.errno in (errno.EROFS, errno.ENAMETOOLONG):
+        fix = f"choose another {option}" if option else "write elsewhere"
+        return InputError(f"{where}: cannot write ({reason}); {fix}")
+    return RunFailure(f"{where}: cannot write ({reason}); check the disk{elsewhere}")
 
 
 def output_target(path: Path, name: str) -> tuple[Path, bool]:
@@ -165,7 +203,7 @@ def atomic_write(path: Path, binary: bool = False, durable: bool = False) -> Ite
 def replace_with_link(source: Path, target: Path) -> None:
     """Make `target` the same file as `source` (a hard link) without a moment where `target` is
     missing: the link is made under `.NAME.link-PID`, then renamed."""
-    tmp = target.with_name(f".{target.name}.link-{os.getpid()}")
+    tmp = target.with_name(hidden_name(target.name, f".link-{os.getpid()}"))
     tmp.unlink(missing_ok=True)
     os.link(source, tmp)
     os.replace(tmp, target)

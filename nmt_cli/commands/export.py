@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from nmt_cli import checkpoint
+from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import loading
 from nmt_cli.errors import InputError
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
+from nmt_cli.files import hidden_name, own_descriptor, write_failure
 from nmt_cli.report import Reporter
 
 FORMATS = ("ctranslate2",)
@@ -34,6 +36,7 @@ EXPORT_FILES = {
     "config.json",
     *(f"{side}vocabulary.{ext}" for side in ("", "shared_", "source_", "target_") for ext in ("json", "txt")),
     "spm.model",
+    "bpecodes",
     "src.spm.model",
     "tgt.spm.model",
     "nmt.json",
@@ -43,11 +46,25 @@ LIMITS_FILE = "nmt.json"
 VMAP_FILE = "vmap.txt"  # the name CTranslate2 loads a vocabulary map from
 
 
-def limits(max_positions: int) -> dict[str, dict[str, int]]:
-    """The length limits CTranslate2 needs for this model, as its translate_batch options: its
-    position table ends at max_positions, and CTranslate2 fails a whole batch on a longer source
-    (both counts include the end-of-sentence token, as nmt's own limits do)."""
-    return {"translate_batch": {"max_input_length": max_positions, "max_decoding_length": max_positions}}
+def limits(cfg: ModelConfig, decode: DecodeConfig) -> dict[str, dict[str, Any]]:
+    """What CTranslate2's translate_batch needs to stop where nmt stops, as its options, and the
+    rule behind them. Its position table ends at max_positions, and CTranslate2 fails a whole batch
+    on a longer source (max_input_length counts the end-of-sentence token, as nmt does). nmt ends a
+    translation of n pieces at int(a * n + b) pieces and a forced EOS, within the positions
+    (`decoding.search.max_lengths`); max_decoding_length counts the pieces before EOS, and
+    CTranslate2 stops there without one: the same pieces. It is one number for a whole batch, so
+    for a model whose limit grows with the source (decode.max_len_a > 0) it is the limit of the
+    longest source, and "decode" gives a and b to set it line by line."""
+    longest = cfg.max_positions - 1  # pieces before EOS that the positions hold
+    pieces = min(int(decode.max_len_a * longest + decode.max_len_b), longest)
+    return {
+        "translate_batch": {
+            "max_input_length": cfg.max_positions,
+            "max_decoding_length": pieces,
+            "min_decoding_length": decode.min_len,
+        },
+        "decode": {"max_len_a": decode.max_len_a, "max_len_b": decode.max_len_b},
+    }
 
 
 def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet: bool) -> None:
@@ -65,45 +82,71 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         ) from None
 
     ckpt = checkpoint.load(model)
-    cfg = ckpt.run_config(model).model
+    config = ckpt.run_config(model)
+    cfg = config.model
     reason = unsupported(cfg)
     if reason is not None:
         raise InputError(f"{model}: cannot export to CTranslate2: {reason}")
-    src_spm, tgt_spm = ckpt.spm["src"], ckpt.spm["tgt"]
     net = loading.model_of(cfg, ckpt.model, model)
-    pieces = (_pieces(src_spm, model), _pieces(tgt_spm, model))
+    pieces = (_pieces(ckpt.spm["src"], model), _pieces(ckpt.spm["tgt"], model))
     spec = transformer_spec(net, pieces)
+    shortlist = (
+        Shortlist.from_dict(ckpt.shortlist, cfg.src_vocab_size, cfg.tgt_vocab_size, str(model))
+        if ckpt.shortlist is not None
+        else None
+    )
 
     # Built in a directory of our own beside the target, then renamed into place: the target is
     # either absent, the old export or the complete new one, and nothing else is ever deleted.
-    holder = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        holder = Path(tempfile.mkdtemp(prefix=hidden_name(target.name, ".tmp-", spare=8), dir=target.parent))
+    except OSError as err:
+        raise write_failure(err, f"--output {out}", "--output") from None
     try:
         staging = holder / "export"
         write_model(spec, staging, quantization)
-        if tokenizer.is_serialized(src_spm):  # Moses + BPE: the codes, for the user's own tokenizer
-            (staging / "bpecodes").write_text(tokenizer.deserialized(src_spm).codes, encoding="utf-8")
-        elif src_spm == tgt_spm:
-            (staging / "spm.model").write_bytes(src_spm)
-        else:
-            (staging / "src.spm.model").write_bytes(src_spm)
-            (staging / "tgt.spm.model").write_bytes(tgt_spm)
-        (staging / LIMITS_FILE).write_text(json.dumps(limits(cfg.max_positions), indent=2) + "\n")
-        if ckpt.shortlist is not None:
-            shortlist = Shortlist.from_dict(
-                ckpt.shortlist, cfg.src_vocab_size, cfg.tgt_vocab_size, str(model)
-            )
+        _write_companions(staging, ckpt.spm, limits(cfg, config.decode))
+        if shortlist is not None:
             (staging / VMAP_FILE).write_text(vocabulary_map(shortlist, *pieces), encoding="utf-8")
-        if target.exists():
-            os.replace(target, holder / "replaced")  # a CTranslate2 export (_target checked)
-        os.replace(staging, target)
+        _swap(staging, target, holder / "replaced")
+    except OSError as err:
+        raise write_failure(err, f"--output {out}", "--output") from None
     finally:
+        _put_back(holder / "replaced", target)
         shutil.rmtree(holder, ignore_errors=True)
     reporter.info(f"exported {model} to {out} (CTranslate2, weights {quantization})")
-    if ckpt.shortlist is not None:
+    if shortlist is not None:
         reporter.info(
             f"its shortlist is {out / VMAP_FILE}: CTranslate2 decodes over it with "
             "translate_batch(..., use_vmap=True)"
         )
+
+
+def _write_companions(staging: Path, models: dict[str, bytes], lengths: dict[str, Any]) -> None:
+    """The tokenizer files and nmt.json beside CTranslate2's own."""
+    src_spm, tgt_spm = models["src"], models["tgt"]
+    if tokenizer.is_serialized(src_spm):  # Moses + BPE: the codes, for the user's own tokenizer
+        (staging / "bpecodes").write_text(tokenizer.deserialized(src_spm).codes, encoding="utf-8")
+    elif src_spm == tgt_spm:
+        (staging / "spm.model").write_bytes(src_spm)
+    else:
+        (staging / "src.spm.model").write_bytes(src_spm)
+        (staging / "tgt.spm.model").write_bytes(tgt_spm)
+    (staging / LIMITS_FILE).write_text(json.dumps(lengths, indent=2) + "\n")
+
+
+def _swap(staging: Path, target: Path, aside: Path) -> None:
+    """Rename `staging` to `target`, an earlier export (checked by _target) first moved `aside`."""
+    if target.exists():
+        os.replace(target, aside)
+    os.replace(staging, target)
+
+
+def _put_back(aside: Path, target: Path) -> None:
+    """The old export back in place when the new one did not take its place: Ctrl-C (or any
+    error) between _swap's two renames must not leave the old one to be deleted with the rest."""
+    if os.path.lexists(aside) and not os.path.lexists(target):
+        os.replace(aside, target)
 
 
 def vocabulary_map(shortlist: Shortlist, src_pieces: list[str], tgt_pieces: list[str]) -> str:
@@ -143,15 +186,25 @@ def write_model(spec: Any, out_dir: Path, quantization: str) -> None:
 def _target(out: Path, force: bool) -> Path:
     """The directory to write (a link followed): new, or with --force an earlier CTranslate2
     export, which alone is ever replaced; anything else there is refused before any work."""
+    if own_descriptor(out) is not None:  # /dev/stdout and the like: a stream, never a directory
+        raise InputError(f"--output {out}: a stream of this process, not a directory; name a directory")
     target = Path(os.path.realpath(out))
+    if target.is_symlink():  # what realpath could not resolve: a loop of links
+        raise InputError(
+            f"--output {out}: a symbolic link that leads nowhere (a loop); choose another --output"
+        )
     if not target.parent.is_dir():
         raise InputError(f"--output {out}: directory {target.parent} does not exist")
-    if not (target.exists() or target.is_symlink()):
+    if not target.exists():
         return target
+    if not target.is_dir():
+        kind = "a file" if target.is_file() else "a device, a FIFO or a socket"
+        raise InputError(
+            f"--output {out}: is {kind}, not a directory; export writes a model directory: choose "
+            "another --output"
+        )
     if not force:
         raise InputError(f"--output {out}: already exists; remove it, choose another, or add --force")
-    if not target.is_dir():
-        raise InputError(f"--output {out}: is not a directory; --force replaces only a CTranslate2 export")
     entries = {entry.name for entry in target.iterdir()}
     # A name of ours that is not a regular file (a directory vmap.txt/, a link) is the user's.
     not_files = sorted(name for name in entries if not stat.S_ISREG(os.lstat(target / name).st_mode))

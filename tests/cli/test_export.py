@@ -10,6 +10,7 @@ represent are refused in one line.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import ctranslate2
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece
 import torch
-from conftest import TrainedRun, nmt, sentences, tiny_model
+from conftest import TrainedRun, nmt, refused, sentences, tiny_model
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.commands.export import write_model
@@ -174,10 +175,75 @@ def test_the_exported_limits_let_ctranslate2_take_a_source_longer_than_the_model
     out = tmp_path / "ct2"
     assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out) == 0
     limits = json.loads((out / "nmt.json").read_text())["translate_batch"]
-    assert limits == {"max_input_length": 64, "max_decoding_length": 64}
+    # 63 pieces and EOS fill the 64 positions; max_decoding_length counts the pieces.
+    assert limits == {"max_input_length": 64, "max_decoding_length": 63, "min_decoding_length": 1}
     processor = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
     translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
     sources = [processor.encode(text, out_type=str) for text in ("apple river", " ".join(["stone"] * 100))]
     results = translator.translate_batch(sources, beam_size=2, **limits)
     assert processor.decode(results[0].hypotheses[0]) == "apple river"
     assert 0 < len(results[1].hypotheses[0]) <= 64
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def fairseq_import(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fairseq fixture imported: nmt stops its translations at 200 pieces, fairseq's limit."""
+    out = tmp_path_factory.mktemp("export") / "fairseq.pt"
+    assert nmt("-q", "import", FIXTURES / "fairseq-multi30k-tiny" / "checkpoint.pt", "-o", out) == 0
+    return out
+
+
+def test_with_the_exported_limits_ctranslate2_stops_where_nmt_stops(
+    fairseq_import: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", fairseq_import, "-o", out) == 0
+    limits = json.loads((out / "nmt.json").read_text())["translate_batch"]
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    lines = ["the " * 300, "A dog runs on the grass.", "a dog a dog a dog " * 40]
+    results = translator.translate_batch(
+        [processor.encode(x, out_type=str) for x in lines], beam_size=1, **limits
+    )
+    ours = Translator.load(fairseq_import, device="cpu", precision="fp32", threads=1).translate(lines, beam=1)
+    assert len(results[0].hypotheses[0]) == 200  # the first line runs to nmt's limit
+    assert [processor.decode(r.hypotheses[0]) for r in results] == ours
+
+
+def test_a_moses_bpe_export_is_replaced_with_force(tmp_path: Path) -> None:
+    imported = tmp_path / "moses.pt"
+    assert nmt("-q", "import", FIXTURES / "fairseq-moses-tiny" / "checkpoint.pt", "-o", imported) == 0
+    out = tmp_path / "ct2"
+    assert nmt("-q", "export", "-m", imported, "-o", out) == 0
+    (out / "model.bin").write_bytes(b"old")
+    assert nmt("-q", "export", "-m", imported, "-o", out, "--force") == 0
+    assert (out / "model.bin").stat().st_size > 3 and (out / "bpecodes").is_file()
+
+
+def test_a_model_that_is_not_a_regular_file_is_named_as_such(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    for model in (Path("/dev/null"), fifo):  # neither is a directory, and the FIFO is never opened
+        line = refused(capsys, "export", "-m", model, "-o", tmp_path / "out")
+        assert "not a regular file" in line and "directory" not in line, line
+
+
+def test_an_output_that_cannot_be_a_directory_is_named_as_such_with_or_without_force(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    regular = tmp_path / "notes.txt"
+    regular.write_text("keep")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    cases = [(regular, "is a file, not a directory"), (Path("/dev/stdout"), "not a directory"),
+             (Path("/dev/null"), "not a directory"), (loop, "a loop")]  # fmt: skip
+    for output, words in cases:
+        for force in ([], ["--force"]):
+            line = refused(capsys, "export", "-m", trained.checkpoint, "-o", output, *force)
+            assert words in line and "--force" not in line, line
+    assert regular.read_text() == "keep" and loop.is_symlink()
