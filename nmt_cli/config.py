@@ -21,10 +21,13 @@ DECODER_START = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
 POSITIONS = ("sinusoidal", "learned", "sinusoidal-halves", "sinusoidal-fairseq")
 ACTIVATIONS = ("relu", "gelu", "swish")
 
+MAX_POSITIONS = 100_000
+"""The most positions a model may have: decode.max_len_b's bound, and a table of 400 MB at
+d_model 1024; a setting of 10**12 would ask for terabytes before the first step."""
+
 MODEL_BOUNDS: dict[str, Allowed] = {
-    **dict.fromkeys(
-        "encoder_layers decoder_layers d_model d_ff heads d_k d_v max_positions".split(), Range(int, 1)
-    ),
+    **dict.fromkeys("encoder_layers decoder_layers d_model d_ff heads d_k d_v".split(), Range(int, 1)),
+    "max_positions": Range(int, 1, MAX_POSITIONS),
     **dict.fromkeys("dropout attention_dropout activation_dropout".split(), Range(float, 0, 1, below=True)),
     "norm": ("post", "pre"),
     "positions": POSITIONS,

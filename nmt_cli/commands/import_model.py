@@ -36,9 +36,8 @@ def run(
             raise InputError(f"--src/--tgt {code}: not a language code (en, deu, pt_BR)")
     path = _local(source, reporter)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
-    not_an_input(
-        output, [path, *(path.iterdir() if path.is_dir() else path.parent.glob("dict.*.txt"))], "--output"
-    )
+    # Every file the import may read: a model directory's own, or those beside a checkpoint.
+    not_an_input(output, [path, *(path.iterdir() if path.is_dir() else fairseq.companions(path))], "--output")
     try:
         imported = read(path, given)
     except (

@@ -14,12 +14,13 @@ fairseq's conventions, as nmt expresses them: dictionary ids <s> 0, <pad> 1, </s
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from nmt_cli.config import ACTIVATIONS, DecodeConfig, ModelConfig
+from nmt_cli.config import ACTIVATIONS, MAX_POSITIONS, DecodeConfig, ModelConfig
 from nmt_cli.data import tokenizer
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
@@ -36,6 +37,12 @@ def looks_like(source: Path) -> bool:
     if source.is_dir():
         return any(source.glob("dict.*.txt")) and any(source.glob("*.pt"))
     return source.suffix == ".pt" and any(source.parent.glob("dict.*.txt"))
+
+
+def companions(path: Path) -> list[Path]:
+    """The files beside a checkpoint file that the import reads: its dictionaries and tokenizer."""
+    folder = path.parent
+    return [*folder.glob("dict.*.txt"), *(folder / name for name in (*SPM_NAMES, *BPE_NAMES))]
 
 
 def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
@@ -64,6 +71,13 @@ def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
                 f"{path.name}'s {side} embeddings have {rows.shape[0]:,} rows; give the dictionary the "
                 "model was trained with"
             )
+    if args.get("share_all_embeddings") and src_dict != tgt_dict:
+        # One embedding for both languages; fairseq: "--share-all-embeddings requires a joined dictionary".
+        raise InputError(
+            f"{path}: share_all_embeddings needs one dictionary for both languages, but "
+            f"dict.{languages[0]}.txt and dict.{languages[1]}.txt differ; give the dictionaries the "
+            "model was trained with"
+        )
     spm_bytes, codes = _tokenization(folder, path)
     if codes is None:
         what = f"{folder} sentencepiece model"
@@ -78,7 +92,7 @@ def read(source: Path, given: tuple[str, str] | None = None) -> Imported:
             "src": tokenizer.serialized(src.pieces, codes, languages[0]),
             "tgt": tokenizer.serialized(tgt.pieces, codes, languages[1]),
         }
-    cfg = _config(args, path, len(src.pieces), len(tgt.pieces), src_dict == tgt_dict)
+    cfg = _config(args, path, len(src.pieces), len(tgt.pieces))
     cfg.output_bias = bool(tgt.never)
     weights = _weights(_upgraded(state["model"]), cfg, src, tgt, path)
     # fairseq-interactive's defaults: beam 5, score / |Y|^1 with |Y| counting </s>, 200 tokens.
@@ -106,6 +120,12 @@ def _load(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not a fairseq checkpoint that can be read safely: {first}") from None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise InputError(f"{path}: not a fairseq checkpoint (no model weights inside)")
+    for name, value in state["model"].items():
+        if not isinstance(value, torch.Tensor):
+            raise InputError(
+                f"{path}: its weight {name} is a {type(value).__name__}, not a tensor; not a fairseq "
+                "checkpoint nmt can read"
+            )
     return state
 
 
@@ -150,16 +170,32 @@ def _languages(state: dict[str, Any], args: dict[str, Any]) -> tuple[str, str] |
 
 
 def _dictionary(path: Path) -> list[str]:
-    """fairseq's Dictionary: four specials, then one `symbol count [#fairseq:overwrite]` a line."""
+    """fairseq's Dictionary: four specials, then one `symbol count [#fairseq:overwrite]` a line,
+    in UTF-8. A symbol listed twice is refused: fairseq refuses it too unless the line is marked
+    #fairseq:overwrite, which gives the symbol a second row, and nmt's ids are one per piece."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_bytes().splitlines()  # at \n, \r\n and \r only, as fairseq reads it
     except OSError as err:
         raise InputError(f"{path}: cannot read the fairseq dictionary ({err.strerror})") from None
     pieces = ["<s>", "<pad>", "</s>", "<unk>"]
-    for number, line in enumerate(lines, 1):
+    first = dict.fromkeys(pieces, "among fairseq's specials")
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x}); fairseq reads its "
+                "dictionaries as UTF-8 text"
+            ) from None
         fields = line.rstrip().rsplit(" ", 2 if line.rstrip().endswith("#fairseq:overwrite") else 1)
         if len(fields) < 2 or not fields[1].lstrip("-").isdigit():
             raise InputError(f"{path}:{number}: not a `symbol count` line of a fairseq dictionary")
+        if fields[0] in first:
+            raise InputError(
+                f"{path}:{number}: the symbol {fields[0]!r} again (first {first[fields[0]]}); nmt "
+                "imports a dictionary that lists each symbol once"
+            )
+        first[fields[0]] = f"on line {number}"
         pieces.append(fields[0])
     return pieces
 
@@ -191,7 +227,7 @@ def _tokenization(folder: Path, path: Path) -> tuple[bytes, str | None]:
     )
 
 
-def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same_dict: bool) -> ModelConfig:
+def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int) -> ModelConfig:
     def arg(name: str, default: Any = None) -> Any:
         return args.get(name, default)
 
@@ -233,11 +269,14 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
     activation = str(arg("activation_fn", "relu"))
     if activation not in ACTIVATIONS:
         problems.append(f"activation_fn = {arg('activation_fn')!r}; nmt has relu, gelu and swish")
+    sides = (int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))
+    for name, value in zip(("max_source_positions", "max_target_positions"), sides, strict=True):
+        if not 1 <= value <= MAX_POSITIONS:
+            problems.append(f"{name} = {value:,}; nmt holds from 1 to {MAX_POSITIONS:,} positions")
     if problems:
         raise InputError(f"{path}: " + "; ".join(problems))
     share_all = bool(arg("share_all_embeddings", False))
     shared_out = share_all or bool(arg("share_decoder_input_output_embed", False))
-    sides = (int(arg("max_source_positions", 1024)), int(arg("max_target_positions", 1024)))
     # nmt holds one max_positions: learned tables are cut to the shorter (each has at least that
     # many rows); sinusoidal ones are computed for the longer.
     positions = min(sides) if learned else max(sides)
@@ -253,7 +292,7 @@ def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int, same
         max_positions=positions,
         src_vocab_size=src_size,
         tgt_vocab_size=tgt_size,
-        joint_vocab=share_all and same_dict,
+        joint_vocab=share_all,  # with one dictionary (read checks)
         activation=activation,
         scale_embeddings=not bool(arg("no_scale_embedding", False)),
         decoder_start="eos",
@@ -291,9 +330,12 @@ def _upgraded(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _weights(
     theirs: dict[str, torch.Tensor], cfg: ModelConfig, src: Renumbering, tgt: Renumbering, path: Path
 ) -> dict[str, torch.Tensor]:
+    used: set[str] = set()
+
     def get(name: str) -> torch.Tensor:
         if name not in theirs:
             raise InputError(f"{path}: no {name} in the checkpoint; not a fairseq transformer of this shape")
+        used.add(name)
         return theirs[name].float()
 
     out = {
@@ -312,4 +354,35 @@ def _weights(
         out["output_proj.weight"] = tgt.take(get("decoder.output_projection.weight"))
     if cfg.output_bias:
         out["output_bias"] = tgt.output_bias()
+    if cfg.share_embeddings:
+        used.add("decoder.output_projection.weight")  # the target embedding, tied
+    _refuse_unused([name for name in theirs if name not in used], cfg, path)
     return out
+
+
+# Tensors of fairseq's that hold no weights: version marks and the buffers of sinusoidal
+# positions (`weights` before fairseq 0.9), which fairseq's own upgrade drops or remakes.
+NOT_WEIGHTS = re.compile(
+    r"(encoder|decoder)\.(version|embed_positions\._float_tensor|embed_positions\.weights)"
+)
+
+
+def _refuse_unused(unused: list[str], cfg: ModelConfig, path: Path) -> None:
+    """Tensors the settings give no place (a layer more than encoder_layers says) mean that the
+    settings and the weights disagree: fairseq's strict loading refuses such a checkpoint, and
+    importing it would give another model than the one trained. Named by layer."""
+    groups: dict[str, int] = {}
+    for name in unused:
+        if NOT_WEIGHTS.fullmatch(name):
+            continue
+        parts = name.split(".")
+        key = ".".join(parts[:3]) + ".*" if len(parts) > 3 and parts[1] == "layers" else name
+        groups[key] = groups.get(key, 0) + 1
+    if groups:
+        shown = [f"{key} ({count} tensors)" if count > 1 else key for key, count in groups.items()]
+        more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
+        raise InputError(
+            f"{path}: its settings (encoder_layers = {cfg.encoder_layers}, decoder_layers = "
+            f"{cfg.decoder_layers}) leave tensors unused: {', '.join(shown[:4])}{more}; the settings "
+            "and the weights disagree, and fairseq refuses such a checkpoint too"
+        )

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.config import MAX_POSITIONS, DecodeConfig, ModelConfig
 from nmt_cli.data.tokenizer import LANGUAGE_CODES, LanguageCodes
 from nmt_cli.errors import InputError
 from nmt_cli.importing.imported import Imported
@@ -75,6 +75,13 @@ def read(folder: Path) -> Imported:
     generate_keys = ("num_beams", "max_length", "length_penalty", "early_stopping")
     settings = {k: config[k] for k in generate_keys if k in config} | generation
     max_length = int(settings.get("max_length") or config.get("max_position_embeddings", 1024))
+    if max_length < 3:  # the start token and </s> count: nothing would be left for a translation
+        key = "max_length" if settings.get("max_length") else "max_position_embeddings"
+        named = "generation_config.json" if key in generation else "config.json"
+        raise InputError(
+            f"{folder / named}: {key} = {max_length}: generate counts the start token and </s> in "
+            "it, which leaves no room for a translation; nmt needs at least 3"
+        )
     # generate's max_length counts the start token: max_length - 1 generated, </s> included.
     decode = DecodeConfig(
         beam=int(settings.get("num_beams") or 4),
@@ -168,6 +175,9 @@ def _config(
         problems.append("pre-norm or extra layer norms; nmt imports Marian's post-norm models")
     if int(get("decoder_start_token_id", pad)) != pad:
         problems.append("decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>")
+    positions = int(get("max_position_embeddings", 1024))
+    if not 1 <= positions <= MAX_POSITIONS:
+        problems.append(f"max_position_embeddings = {positions:,}; nmt holds from 1 to {MAX_POSITIONS:,}")
     if problems or activation is None:
         raise InputError(f"{where}: " + "; ".join(problems))
     layers = (int(get("encoder_layers", 12)), int(get("decoder_layers", 12)))
@@ -179,7 +189,7 @@ def _config(
         norm="post",
         positions="sinusoidal-halves",
         share_embeddings=bool(get("tie_word_embeddings", True)),
-        max_positions=int(get("max_position_embeddings", 1024)),
+        max_positions=positions,
         src_vocab_size=len(src.pieces),
         tgt_vocab_size=len(tgt.pieces),
         joint_vocab=not separate and bool(get("share_encoder_decoder_embeddings", True)),
@@ -213,6 +223,9 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
         ) from None
     if not isinstance(state, dict):
         raise InputError(f"{path}: not a state dict")
+    for name, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"{path}: its weight {name} is a {type(value).__name__}, not a tensor")
     return state
 
 

@@ -227,6 +227,9 @@ def test_an_imported_marian_model_fine_tunes_and_exports_to_ctranslate2(tmp_path
         ("200 beams", "decode.beam"),
         ("negative length penalty", "decode.lenpen"),
         ("broken target.spm", "target.spm: not a sentencepiece model"),
+        ("max_length 2", "generation_config.json: max_length = 2"),  # no room for a translation
+        ("max_length -1", "generation_config.json: max_length = -1"),
+        ("a string among the weights", "pytorch_model.bin: its weight final_logits_bias is a str"),
     ],
 )
 def test_a_marian_model_nmt_cannot_run_is_refused_at_import(
@@ -243,6 +246,16 @@ def test_a_marian_model_nmt_cannot_run_is_refused_at_import(
         (folder / "target.spm").write_bytes(b"\x0a\xff not a model")
     elif fault == "200 beams":
         config["num_beams"] = 200
+    elif fault.startswith("max_length"):
+        generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+        generation["max_length"] = int(fault.split()[1])
+        (folder / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
+    elif fault == "a string among the weights":
+        from safetensors.torch import load_file
+
+        weights = load_file(str(folder / "model.safetensors")) | {"final_logits_bias": "x"}
+        torch.save(weights, folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
     else:
         config["length_penalty"] = -1.0
     (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
