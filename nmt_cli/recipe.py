@@ -89,15 +89,32 @@ def parse_override(text: str) -> tuple[str, str, object]:
 def with_overrides(data: dict, overrides: typing.Sequence[str], where: str) -> RunConfig:
     """Apply `--set section.key=value` overrides to nested dicts, then build and validate the config."""
     data = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    given = set()
     for text in overrides:
         section, key, value = parse_override(text)
         data.setdefault(section, {})
         if not isinstance(data[section], dict):
             raise InputError(f"--set {text!r}: [{section}] is not a section")
         data[section][key] = value
+        given.add(f"{section}.{key}")
+    if "train.update_freq" in given:
+        _asked_for_update_freq(data["train"], "train.update_tokens" in given)
     if overrides:
         where = f"{where} (with --set)"
     return from_dict(data, where)
+
+
+def _asked_for_update_freq(train: dict, tokens_given: bool) -> None:
+    """A recipe's train.update_tokens would recompute update_freq for the number of processes
+    and drop the update_freq asked for with --set: the one asked for wins, as fairseq's
+    --update-freq does, unless update_tokens is asked for too."""
+    if not tokens_given:
+        train["update_tokens"] = 0
+    elif train.get("update_tokens") not in (0, None):
+        raise InputError(
+            "--set train.update_freq and --set train.update_tokens: update_tokens decides update_freq; "
+            "give one of them"
+        )
 
 
 def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunConfig:

@@ -189,6 +189,29 @@ def test_wmt_batch_is_about_25k_tokens_on_one_gpu(name: str) -> None:
     assert 24_000 <= train.max_tokens * train.update_freq <= 26_000
 
 
+@pytest.mark.parametrize(
+    "gpus, overrides, tokens",
+    [
+        (1, (), 25_000),
+        (8, ("train.update_freq=1",), 25_000),
+        (64, ("train.max_tokens=400", "train.update_freq=1"), 25_600),
+        (1, ("train.max_tokens=6250", "train.update_freq=4"), 25_000),
+        (1, ("train.update_freq=2",), 6_250),  # what is asked for, though far from the paper's batch
+    ],
+)
+def test_the_readmes_batch_table_holds(gpus: int, overrides: tuple[str, ...], tokens: int) -> None:
+    """recipes/wmt14_*/README.md: tokens per update with the options its table gives; an
+    update_freq asked for with --set is the one used, not recomputed from update_tokens."""
+    train = load_recipe(BASE, overrides).train.for_processes(gpus)
+    assert train.max_tokens * train.update_freq * gpus == tokens
+
+
+def test_update_freq_and_update_tokens_both_asked_for_are_refused() -> None:
+    with pytest.raises(InputError, match=r"update_tokens decides update_freq; give one of them"):
+        load_recipe(BASE, ["train.update_freq=2", "train.update_tokens=30000"])
+    assert load_recipe(BASE, ["train.update_freq=2", "train.update_tokens=0"]).train.update_freq == 2
+
+
 @pytest.mark.parametrize("name, expected, paper", [("base", 63_082_496, 65e6), ("big", 214_245_376, 213e6)])
 def test_parameter_count_matches_the_paper(name: str, expected: int, paper: float) -> None:
     """Table 3 reports 65M (base) and 213M (big) with the joint ~37k En-De vocabulary."""
