@@ -2,7 +2,7 @@
 # Download WMT14 English-French and prepare it for `nmt train` (see README.md).
 # Training data as in Vaswani et al. (2017, §5.1; about 36M sentence pairs):
 # Europarl v7 + Common Crawl + UN + News Commentary v9 + the 10^9 French-English
-# (Gigaword) corpus. Valid: newstest2013; test: the full newstest2014.
+# corpus (giga-fren). Valid: newstest2013; test: the full newstest2014.
 # Shared sentencepiece BPE of 32,000 pieces. Needs internet, wget, tar, gunzip,
 # and `nmt` and `sacrebleu` on PATH; the corpora take tens of GB of disk.
 #
