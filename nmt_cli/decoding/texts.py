@@ -78,7 +78,7 @@ def _inner(split: Split) -> Split:
 
 def joined(split: Split, results: list[Result], settings: DecodeSettings) -> Result:
     """The results of a text's sentences as one: the i-th hypothesis of each joined (scored by
-    their mean), alignments with word numbers shifted past the sentences before."""
+    their mean), alignments with word numbers counted over the joined texts."""
     nbest = settings.nbest
     if not results:
         return Result(padded([(split.join([]), 0.0)], nbest), () if settings.alignments else None)
@@ -88,12 +88,31 @@ def joined(split: Split, results: list[Result], settings: DecodeSettings) -> Res
     ]
     if not settings.alignments:
         return Result(hyps)
-    links: list[tuple[int, int]] = []
-    src_at = tgt_at = 0
-    for sentence, r in zip(split.sentences, results, strict=True):
-        links += [(i + src_at, j + tgt_at) for i, j in r.alignment or ()]
-        src_at, tgt_at = src_at + len(sentence.split()), tgt_at + len(r.hyps[0][0].split())
-    return Result(hyps, tuple(links))
+    src_words = _renumbered(split, list(split.sentences))
+    tgt_words = _renumbered(split, [r.hyps[0][0] for r in results])
+    links: set[tuple[int, int]] = set()
+    for src, tgt, r in zip(src_words, tgt_words, results, strict=True):
+        if src and tgt:  # a sentence's links count words as its pieces do: kept inside its words
+            links.update((src[min(i, len(src) - 1)], tgt[min(j, len(tgt) - 1)]) for i, j in r.alignment or ())
+    return Result(hyps, tuple(sorted(links)))
+
+
+def _renumbered(split: Split, parts: list[str]) -> list[list[int]]:
+    """For each part, the number in `split.join(parts)` of each of its own words. Parts need not be
+    separated by whitespace (the segmenter cuts "A dog.A cat." with no gap): a word that straddles
+    two parts is one word of the joined text, and belongs to both."""
+    text = split.join(parts)
+    owner, word = [], -1  # the number of the word each character is in (-1: whitespace)
+    for at, char in enumerate(text):
+        if not char.isspace() and (at == 0 or text[at - 1].isspace()):
+            word += 1
+        owner.append(-1 if char.isspace() else word)
+    numbers, at = [], len(split.lead)
+    for part, gap in zip(parts, split.gaps, strict=True):
+        starts = [i for i, c in enumerate(part) if not c.isspace() and (i == 0 or part[i - 1].isspace())]
+        numbers.append([owner[at + i] for i in starts])
+        at += len(part) + len(gap)
+    return numbers
 
 
 def padded(hyps: Hypotheses, nbest: int) -> Hypotheses:

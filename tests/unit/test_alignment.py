@@ -62,6 +62,27 @@ def test_sentence_links_count_words_over_the_whole_line() -> None:
     assert result.alignment == ((0, 1), (1, 0), (2, 4), (3, 3), (4, 2))
 
 
+def test_a_word_that_straddles_two_sentences_is_one_word_of_the_line() -> None:
+    # The segmenter cuts "One two.Three four five." with no gap: "two.Three" is one word of the
+    # source, and the translations are joined the same way, so the line has 4 words, not 5.
+    def copy(sentences: list[str], settings: DecodeSettings) -> list[Result]:
+        return [Result([(s, -1.0)], tuple((i, i) for i in range(len(s.split())))) for s in sentences]
+
+    settings = DecodeSettings(DecodeConfig(), alignments=True)
+    (result,) = translate_by_sentence(copy, ["One two.Three four five."], settings, "en")
+    assert result.hyps == [("One two.Three four five.", -1.0)]
+    assert result.alignment == ((0, 0), (1, 1), (2, 2), (3, 3))
+
+
+def test_every_link_names_a_word_of_the_line_however_its_sentences_are_joined(
+    translator: Translator,
+) -> None:
+    lines = ["apple river.Stone cloud.", "green.Paper tiger. Silver window.Orange", "music!Garden?Yellow."]
+    for line, (text, alignment) in zip(lines, translator.translate(lines, alignments=True), strict=True):
+        assert alignment, line
+        assert all(i < len(line.split()) and j < len(text.split()) for i, j in alignment), (line, text)
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("variant", ["post", "learned-pre-realformer-windowed"])
 def test_links_recorded_during_search_are_the_teacher_forced_ones(beam: int, variant: str) -> None:
