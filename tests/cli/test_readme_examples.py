@@ -83,6 +83,7 @@ SUBSTITUTIONS = {
 
 NOT_RUN = {
     "make setup TORCH=torch": "installs torch and the extras from PyPI",
+    "make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu": "installs torch from PyTorch's index",
     "make demo": "minutes of training; tests/integration/test_pipeline.py runs the demo shortened",
     "make test": "the whole test suite, this test included",
     'pip install "nmt-cli[serve]"': "installs from PyPI",
