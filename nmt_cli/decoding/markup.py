@@ -1,8 +1,9 @@
 """HTML translated with its markup: each block's text as whole sentences, inline elements moved onto
 the target words that their source words align to, and what must not change kept as it is.
 
-A fragment is parsed by lxml's HTML parser (which repairs unclosed tags, stray `<` and bad nesting
-as browsers do) and read as a flat run of events. A block (`<p>`, `<li>`, `<td>`, a heading ...)
+A fragment is parsed by lxml's HTML parser as the body of a page (which repairs unclosed tags,
+stray `<` and bad nesting as browsers do, and drops a tag left unfinished at the end) and read as
+a flat run of events. A block (`<p>`, `<li>`, `<td>`, a heading ...)
 or a `<br>` ends a unit; the text of a unit is translated in one piece, so that an inline tag never
 cuts a sentence. Inline elements (`<strong>`, `<em>`, `<a>`, `<span>` ...) then wrap the target
 words aligned to the source words they wrapped (their span, kept nested as in the source); kept
@@ -19,6 +20,7 @@ import copy
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from xml.sax.saxutils import escape
 
 from lxml import html
 from lxml.etree import ParserError, _Element
@@ -139,10 +141,7 @@ def _events(fragment: str) -> list[Event]:
     """The fragment as events, with each unit's text and inline markup gathered into one "unit"."""
     # Lone surrogates become "?" (as `Translator` reads lines): lxml would drop the text after one.
     fragment = fragment.encode("utf-8", "replace").decode("utf-8").translate(NOT_XML)
-    try:
-        root = html.fragment_fromstring(fragment, create_parent="div") if fragment.strip() else None
-    except (ParserError, ValueError) as err:
-        raise MarkupError(f"not HTML that can be parsed ({err})") from None
+    root = _body(fragment) if fragment.strip() else None
     if root is None:
         return [("text", fragment)]
     events: list[Event] = []
@@ -181,6 +180,16 @@ def _events(fragment: str) -> list[Event]:
 
     walk(root)
     return events
+
+
+def _body(fragment: str) -> _Element | None:
+    """The fragment parsed as the body of a page, as a browser parses it: a tag left unfinished at
+    the end is dropped. (lxml's fragment_fromstring closes the page after the fragment, and such a
+    tag took "</body></html>" in as its name and attributes: "<p" became <p< body>.)"""
+    try:
+        return html.document_fromstring("<html><body>" + fragment).find("body")
+    except (ParserError, ValueError) as err:
+        raise MarkupError(f"not HTML that can be parsed ({err})") from None
 
 
 @dataclass
@@ -379,4 +388,6 @@ def _serialised(events: list[Event], rebuilt: dict[int, list[Event]]) -> str:
                 stack[-1].append(atom)
 
     play(events)
-    return (root.text or "") + "".join(html.tostring(child, encoding="unicode") for child in root)
+    # The text before the first element is escaped as lxml escapes the rest: "&lt;b&gt;" must not
+    # come out as a <b> element.
+    return escape(root.text or "") + "".join(html.tostring(child, encoding="unicode") for child in root)

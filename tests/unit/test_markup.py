@@ -68,6 +68,21 @@ def test_malformed_html_is_repaired_as_the_parser_repairs_it() -> None:
     assert out == "HI <b>THERE <i>YOU</i></b> X &amp; &lt; 3 <p>UNCLOSED</p>"
 
 
+def test_a_tag_left_unfinished_at_the_end_is_dropped_as_a_browser_drops_it() -> None:
+    # lxml's fragment parser read "<p" as an element named "p<" with an attribute "body".
+    fragments = ["<p", 'one <b class="x', "<p>one</p><b", "one <!-- note", "one <"]
+    assert translate_fragments(fragments, upper) == ["", "ONE ", "<p>ONE</p>", "ONE <!-- note-->", "ONE &lt;"]
+
+
+def test_escaped_markup_before_the_first_element_stays_escaped() -> None:
+    fragments = ["x &lt;b&gt;bold&lt;/b&gt; y", "a &amp; b", "a &lt; b <i>c</i>"]
+    assert translate_fragments(fragments, upper) == [
+        "X &lt;B&gt;BOLD&lt;/B&gt; Y",
+        "A &amp; B",
+        "A &lt; B <i>C</i>",
+    ]
+
+
 def test_plain_blank_and_whitespace_fragments() -> None:
     assert translate_fragments(["plain text", "", "  ", "<p> </p>"], upper) == [
         "PLAIN TEXT",
