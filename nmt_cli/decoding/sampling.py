@@ -53,14 +53,15 @@ def draw(log_probs: Tensor, sampling: Sampling, numbers: Tensor) -> Tensor:
     # -inf for the others, not -inf (and NaN) for all.
     logits = log_probs.double()
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / sampling.temperature
-    if sampling.method == "topk" and 0 < sampling.topk < logits.shape[-1]:
-        logits, pieces = logits.topk(sampling.topk, dim=-1)
+    topk, topp = sampling.topk, sampling.topp  # the method's own is set, the other None
+    if topk is not None and 0 < topk < logits.shape[-1]:
+        logits, pieces = logits.topk(topk, dim=-1)
     else:
         logits, pieces = logits.sort(dim=-1, descending=True)
     probs = logits.softmax(dim=-1)
-    if sampling.method == "topp":
+    if topp is not None:
         # Keep a piece while the mass of the likelier ones is still below p (the first always).
-        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= sampling.topp, 0.0)
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= topp, 0.0)
     cdf = probs.cumsum(dim=-1)  # float64, like the uniforms
     chosen = torch.searchsorted(cdf, (numbers * cdf[:, -1]).unsqueeze(1), right=True)
     return pieces.gather(1, chosen.clamp(max=pieces.shape[-1] - 1))

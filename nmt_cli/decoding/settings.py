@@ -26,6 +26,8 @@ BATCH_TOKENS = 4096
 """Source tokens per batch by default (`--batch-tokens`, `batch_tokens=`)."""
 
 SAMPLING_FIELDS = ("topk", "topp", "temperature", "seed")
+DEFAULT_LIMITS = {"topk": 10, "topp": 0.9}
+"""Each sampling method's limit where it is not given."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,10 @@ class Sampling:
     method: str = "topk"
     """"topk": among the `topk` likeliest pieces; "topp": among the fewest likeliest pieces whose
     probabilities add up to `topp` (nucleus sampling, Holtzman et al., 2020)."""
-    topk: int = 10
-    """0 draws from the whole vocabulary."""
-    topp: float = 0.9
+    topk: int | None = None
+    """For "topk" only (10 when not given; 0 draws from the whole vocabulary); None for "topp"."""
+    topp: float | None = None
+    """For "topp" only (0.9 when not given); None for "topk"."""
     temperature: float = 1.0
     """Log-probabilities are divided by it before drawing: below 1 sharper, above 1 flatter."""
     seed: int = 1
@@ -47,10 +50,19 @@ class Sampling:
 
     def __post_init__(self) -> None:
         check_setting("sampling", self.method)
-        for name in SAMPLING_FIELDS:
+        # The other method's limit would be ignored: refused, as the command line refuses it.
+        other = "topp" if self.method == "topk" else "topk"
+        if getattr(self, other) is not None:
+            raise SettingError(
+                other, getattr(self, other), f"goes with {{sampling}} {other}, not {{sampling}} {self.method}"
+            )
+        if getattr(self, self.method) is None:
+            object.__setattr__(self, self.method, DEFAULT_LIMITS[self.method])
+        for name in (self.method, "temperature", "seed"):
             check_setting(name, getattr(self, name))
         for name in ("topp", "temperature"):  # a JSON or Python integer such as 1
-            object.__setattr__(self, name, float(getattr(self, name)))
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
 
     @classmethod
     def given(
@@ -70,11 +82,6 @@ class Sampling:
                 raise SettingError(name, value, "goes with {sampling} topk or {sampling} topp")
             return None
         check_setting("sampling", method)
-        other = "topp" if method == "topk" else "topk"
-        if other in given:
-            raise SettingError(
-                other, given[other], f"goes with {{sampling}} {other}, not {{sampling}} {method}"
-            )
         return cls(str(method), **given)  # type: ignore[arg-type]
 
 

@@ -50,7 +50,8 @@ CASES: list[tuple[dict[str, Any], str, set[str]]] = [
     ({"sampling": "topk", "beam": 4}, "beam", set()),
     ({"sampling": "topk", "lenpen": 1.0}, "lenpen", set()),
     ({"topk": 5}, "topk", {API}),  # the API's Sampling always has a method
-    ({"sampling": "topk", "topp": 0.5}, "topp", {API}),  # ... and both limits
+    ({"sampling": "topk", "topp": 0.5}, "topp", set()),
+    ({"sampling": "topp", "topk": 5}, "topk", set()),
     ({"batch_tokens": 0}, "batch_tokens", {HTTP}),
     ({"threads": 100_000}, "threads", {HTTP}),
     ({"workers": -1}, "workers", {HTTP}),

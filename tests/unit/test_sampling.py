@@ -56,15 +56,11 @@ def test_a_seed_reproduces_its_samples_and_another_seed_gives_others(
 ) -> None:
     lines = corpus.test_src[:30]
     with one_thread():
-        for method in ("topk", "topp"):
-            drawn = Sampling(method, topk=0, topp=0.95, temperature=HOT, seed=11)
+        for method, limit in (("topk", {"topk": 0}), ("topp", {"topp": 0.95})):
+            drawn = Sampling(method, **limit, temperature=HOT, seed=11)
             first = translator.translate(lines, sampling=drawn)
-            again = translator.translate(
-                lines, sampling=Sampling(method, topk=0, topp=0.95, temperature=HOT, seed=11)
-            )
-            other = translator.translate(
-                lines, sampling=Sampling(method, topk=0, topp=0.95, temperature=HOT, seed=12)
-            )
+            again = translator.translate(lines, sampling=Sampling(method, **limit, temperature=HOT, seed=11))
+            other = translator.translate(lines, sampling=Sampling(method, **limit, temperature=HOT, seed=12))
             assert first == again
             assert differing(first, other) >= 3, (method, first, other)
 
@@ -135,6 +131,8 @@ def test_workers_give_the_samples_of_one_process(translator: Translator) -> None
         ({"topk": -1}, 1, {}, "topk=-1"),
         ({"method": "topp", "topp": 0.0}, 1, {}, "topp=0.0"),
         ({"method": "topp", "topp": 1.01}, 1, {}, "topp=1.01"),
+        ({"method": "topp", "topk": 5}, 1, {}, "topk=5: goes with sampling topk, not sampling topp"),
+        ({"topp": 0.5}, 1, {}, "topp=0.5: goes with sampling topp, not sampling topk"),
         ({"temperature": 0.0}, 1, {}, "temperature=0.0"),
         ({"temperature": math.inf}, 1, {}, "temperature=inf"),
         ({}, 2, {}, "nbest=2"),
@@ -146,6 +144,8 @@ def test_workers_give_the_samples_of_one_process(translator: Translator) -> None
         "topk",
         "topp-0",
         "topp-above-1",
+        "topk-with-topp",
+        "topp-with-topk",
         "temperature",
         "temperature-inf",
         "nbest",
@@ -424,10 +424,13 @@ def test_a_tiny_positive_temperature_is_still_argmax(flush: bool, temperature: f
     Sampling("topk", topk=0, temperature=temperature)  # accepted: checked on creation
     log_probs = row_log_probs(seed=1)
     with denormals_flushed(flush):
-        for method in ("topk", "topp"):
+        for sampling in (
+            Sampling("topk", topk=0, temperature=temperature),
+            Sampling("topp", temperature=temperature),
+        ):
             drawn = draw(
                 log_probs.expand(3, -1),
-                Sampling(method, topk=0, temperature=temperature),
+                sampling,
                 torch.tensor([0.0, 0.5, 0.999], dtype=torch.float64),
             )
             assert drawn[:, 0].tolist() == [int(log_probs.argmax())] * 3
