@@ -5,27 +5,29 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 import sys
 import time
 
 import torch
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, SettingError
 
 ONEDNN_CACHE_ENTRIES = 32
 
 
 def resolve_device(name: str) -> torch.device:
     """ "auto" takes a GPU when one is visible; "cuda" without one is an error, not a silent CPU
-    run. A GPU comes with its attention kernels chosen (configure_cuda)."""
+    run. A GPU comes with its attention kernels chosen (configure_cuda). A SettingError names the
+    device: `--device` on the command line, `device=` from Python."""
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
-    if name == "auto" or name.startswith("cuda"):
+    if name == "auto" or re.fullmatch(r"cuda(:[0-9]+)?", name):
         if not torch.cuda.is_available():
-            raise InputError(f"--device {name}: no CUDA device is visible; use --device cpu (or auto)")
+            raise SettingError("device", name, "no CUDA device is visible; use cpu (or auto)")
         configure_cuda()
         return torch.device("cuda" if name == "auto" else name)
-    raise InputError(f"--device {name}: unknown device; use auto, cpu or cuda")
+    raise SettingError("device", name, "unknown device; use auto, cpu or cuda")
 
 
 def cpu_has_fast_bf16() -> bool:

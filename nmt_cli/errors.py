@@ -6,6 +6,7 @@ them and turns them into exit codes, through `describe`.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable
 
 
@@ -35,7 +36,7 @@ class SettingError(InputError, ValueError):
 
     def __init__(self, name: str, value: object, problem: str) -> None:
         self.name, self.value, self.problem = name, value, problem
-        super().__init__(f"{name}={value!r}: {self._problem(str)}")
+        super().__init__(f"{name}={_SHORT.repr(value)}: {self._problem(str)}")
 
     def as_option(self) -> str:
         """As the command line words it: settings are --flags."""
@@ -56,6 +57,18 @@ class _Names(dict[str, str]):
 
     def __missing__(self, key: str) -> str:
         return self.spell(key)
+
+
+def _short_repr() -> reprlib.Repr:
+    """repr() cut to a line's worth: a value such as a glossary of thousands of entries is shown
+    by its first few."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = 80
+    short.maxdict = short.maxlist = short.maxtuple = short.maxset = 4
+    return short
+
+
+_SHORT = _short_repr()
 
 
 def _flag(name: str) -> str:

@@ -79,6 +79,8 @@ SETTINGS: dict[str, Allowed] = {
     "shortlist": Flag(),
     "ordered_constraints": Flag(),
     "early_stopping": Flag(),
+    "split_sentences": Flag(),
+    "alignments": Flag(),
     "batch_tokens": Range(int, 1, 1_000_000),
     "sampling": ("topk", "topp"),
     "topk": Range(int, 0, 1_000_000),

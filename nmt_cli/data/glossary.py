@@ -81,17 +81,21 @@ class Glossary:
     @classmethod
     def of(cls, entries: Mapping[str, str] | Iterable[tuple[str, str]], where: str = "glossary") -> Glossary:
         """A glossary of (source term, target term) pairs or a mapping of them; `where` names them in
-        errors, which say "{where} entry N" (N from 1)."""
+        errors, which say "{where} entry N" (N from 1; "entry N" where `where` is "")."""
         pairs = entries.items() if isinstance(entries, Mapping) else entries
         numbered = []
+
+        def at(n: int) -> str:
+            return f"{where} entry {n}".lstrip()
+
         for n, pair in enumerate(pairs, 1):
             is_pair = isinstance(pair, tuple | list) and len(pair) == 2
             if not is_pair or not all(isinstance(term, str) for term in pair):
-                raise InputError(f"{where} entry {n}: expected (source term, target term), got {pair!r}")
+                raise InputError(f"{at(n)}: expected (source term, target term), got {pair!r}")
             if not all(is_unicode(term) for term in pair):
-                raise InputError(f"{where} entry {n}: {pair!r} is not valid Unicode (a lone surrogate)")
+                raise InputError(f"{at(n)}: {pair!r} is not valid Unicode (a lone surrogate)")
             numbered.append((n, pair[0], pair[1]))
-        return cls._build(numbered, lambda n: f"{where} entry {n}", "entry")
+        return cls._build(numbered, at, "entry")
 
     @classmethod
     def _build(cls, entries: Iterable[tuple[int, str, str]], at: Callable[[int], str], unit: str) -> Glossary:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.batching import collate
 from nmt_cli.model import Transformer
@@ -70,6 +71,18 @@ def word_alignment(links: np.ndarray, src_pieces: list[str], tgt_pieces: list[st
     src_word, tgt_word = word_of_pieces(src_pieces), word_of_pieces(tgt_pieces)
     pairs = {(src_word[int(i)], tgt_word[j]) for j, i in enumerate(links) if j < len(tgt_word)}
     return tuple(sorted(pairs))
+
+
+def aligned_words(
+    links: list[int] | None,
+    src_ids: np.ndarray,
+    tgt_ids: list[int],
+    src: SentencePieceProcessor,
+    tgt: SentencePieceProcessor,
+) -> Alignment:
+    """A translation's word links from its piece links, with the pieces its ids stand for."""
+    pieces = [src.id_to_piece(int(x)) for x in src_ids], [tgt.id_to_piece(x) for x in tgt_ids]
+    return word_alignment(np.asarray(links or [], dtype=np.int64), *pieces)
 
 
 def pharaoh(alignment: Alignment) -> str:

@@ -17,9 +17,10 @@ from nmt_cli.data.spm import processors
 from nmt_cli.decoding import int8
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.workers import usable_cores
-from nmt_cli.device import check_precision, cpu_has_amx, cpu_has_fast_bf16
-from nmt_cli.errors import InputError
+from nmt_cli.device import cpu_has_amx, cpu_has_fast_bf16
+from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
+from nmt_cli.ranges import problem_with
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 if TYPE_CHECKING:
@@ -56,6 +57,17 @@ def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
     return runtime.workers
 
 
+def check_decoding_precision(precision: object, device: torch.device) -> None:
+    """A SettingError naming the precision (`--precision`, `precision=`) unless it decodes on `device`."""
+    problem = problem_with(PRECISIONS, precision)
+    if problem is None and precision == "fp16" and device.type != "cuda":
+        problem = "is for GPU decoding; on CPU use bf16 or int8"
+    if problem is None and precision == "int8" and device.type != "cpu":
+        problem = f"is for CPU decoding; on {device} use bf16 or fp16"
+    if problem is not None:
+        raise SettingError("precision", precision, problem)
+
+
 def load_translator(
     paths: list[Path],
     device: torch.device,
@@ -63,7 +75,7 @@ def load_translator(
     overrides: DecodeOverrides = DecodeOverrides(),
 ) -> Translator:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
-    check_precision(precision, device, PRECISIONS)
+    check_decoding_precision(precision, device)
     return _ensemble([(path, checkpoint.load(path)) for path in paths], device, precision, overrides)
 
 
@@ -77,7 +89,7 @@ def load_translators(
     order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that
     record no languages (an older nmt's) can only be served alone or with each other: nothing
     would route to them."""
-    check_precision(precision, device, PRECISIONS)
+    check_decoding_precision(precision, device)
     pairs: dict[tuple[str, str] | None, list[tuple[Path, checkpoint.Checkpoint]]] = {}
     for path in paths:
         ckpt = checkpoint.load(path)
@@ -100,8 +112,6 @@ def _ensemble(
     precision: str,
     overrides: DecodeOverrides,
 ) -> Translator:
-    if precision == "int8" and device.type != "cpu":
-        raise InputError(f"precision int8 is for CPU decoding; on {device} use bf16 or fp16")
     paths = [path for path, _ in loaded]
     models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
     for path, ckpt in loaded:

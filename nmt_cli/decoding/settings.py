@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.errors import SettingError
+from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides
 
@@ -116,7 +116,12 @@ def resolve(
 ) -> DecodeSettings:
     """The settings of one call: what was given (None: not given), the rules between settings,
     and `defaults` (the checkpoint's [decode]) for the rest. A missing beam is the recipe's,
-    raised to `nbest`. Raises SettingError."""
+    raised to `nbest`. Raises SettingError, and TypeError for a `search` that is not one."""
+    if not isinstance(search, DecodeOverrides):
+        raise TypeError(
+            "settings(search): a DecodeOverrides, such as DecodeOverrides(beam=4), "
+            f"not {type(search).__name__}"
+        )
     if nbest is not None:
         check_setting("nbest", nbest)
     check_setting("batch_tokens", batch_tokens)
@@ -171,8 +176,9 @@ def with_terms(settings: DecodeSettings, glossary: object, ordered: object) -> D
     check_setting("ordered_constraints", ordered)
     if glossary is not None and not isinstance(glossary, Glossary):
         if not isinstance(glossary, Mapping | list | tuple):
-            raise SettingError(
-                "glossary", type(glossary).__name__, "must map source terms to target terms, or list pairs"
-            )
-        glossary = Glossary.of(glossary, where="glossary")
+            raise SettingError("glossary", glossary, "must map source terms to target terms, or list pairs")
+        try:
+            glossary = Glossary.of(glossary, where="")
+        except InputError as err:  # an entry: the setting is what is refused, a ValueError
+            raise SettingError("glossary", glossary, str(err)) from None
     return dataclasses.replace(settings, glossary=glossary, ordered_constraints=bool(ordered))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from sentencepiece import SentencePieceProcessor
@@ -79,15 +80,14 @@ class Vocabulary:
 
 def constrained_lines(
     lines: Sequence[str | Constrained],
-    given: Sequence[Sequence[str]] | None,
+    constraints: Iterable[Sequence[str]] | None,
     glossary: Glossary | None,
     vocabulary: Vocabulary,
 ) -> list[str | Constrained]:
-    """Each line with its phrases: those it already has (a `Constrained` line), those `given` for
-    it, then the target terms of the `glossary` entries it matches (each phrase once). A line
-    without any stays a plain string."""
-    if given is not None and len(given) != len(lines):
-        raise InputError(f"constraints: {len(given)} lists for {len(lines)} lines; give one list a line")
+    """Each line with its phrases: those it already has (a `Constrained` line), those `constraints`
+    gives for it, then the target terms of the `glossary` entries it matches (each phrase once). A
+    line without any stays a plain string."""
+    given = None if constraints is None else phrase_lists(constraints, len(lines))
     out: list[str | Constrained] = []
     for i, line in enumerate(lines):
         text = text_of(line)
@@ -108,6 +108,25 @@ def constrained_lines(
         phrases = _checked(i, text, list(dict.fromkeys(wanted)), terms, vocabulary)
         out.append(Constrained(text, tuple(dict.fromkeys(had + phrases))))
     return out
+
+
+def phrase_lists(constraints: object, lines: int) -> list[Any]:
+    """`constraints` as a list of one entry a line, from any iterable (a generator too); one string,
+    a mapping or what is not iterable is a TypeError naming constraints."""
+    what = "one list of phrases a line, in the order of the lines"
+    if isinstance(constraints, str | bytes):
+        hint = (
+            f"; for one line that must contain it, write [[{constraints!r}]]"
+            if len(constraints) <= 40
+            else ""
+        )
+        raise TypeError(f"constraints: {what}, not one {type(constraints).__name__}{hint}")
+    if isinstance(constraints, Mapping) or not isinstance(constraints, Iterable):
+        raise TypeError(f"constraints: {what}, not {type(constraints).__name__}")
+    given = list(constraints)
+    if len(given) != lines:
+        raise InputError(f"constraints: {len(given)} lists for {lines} lines; give one list a line")
+    return given
 
 
 def _checked(

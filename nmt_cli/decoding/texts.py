@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nmt_cli.data.sentences import Split, split_sentences
 from nmt_cli.decoding.alignment import Alignment
@@ -22,21 +23,31 @@ class Result:
     alignment: Alignment | None = None
 
 
-def text_lines(lines: object, method: str) -> list[str]:
-    """`lines` as a list of str, or a TypeError naming what is wrong: a single string would be
-    translated character by character, and a None or a number has no text."""
+def text_lines(
+    lines: object, method: str, name: str = "lines", kinds: tuple[type, ...] = (str,)
+) -> list[Any]:
+    """`lines` (the argument `name` of `method`) as a list of str (or of `kinds`), or a TypeError
+    naming what is wrong: a single string would be translated character by character, and a None
+    or a number has no text."""
+    wanted = " or ".join(kind.__name__ for kind in kinds)
     if isinstance(lines, str | bytes):
         raise TypeError(
-            f"{method}(lines): a list of strings, not one {type(lines).__name__}; write {method}([text])"
+            f"{method}({name}): a list of strings, not one {type(lines).__name__}; write {method}([text])"
         )
     try:
         items = list(lines)  # type: ignore[call-overload]
     except TypeError:
-        raise TypeError(f"{method}(lines): a list of strings, not {type(lines).__name__}") from None
+        raise TypeError(f"{method}({name}): a list of strings, not {type(lines).__name__}") from None
     for i, line in enumerate(items):
-        if not isinstance(line, str):
-            raise TypeError(f"{method}(lines): lines[{i}] is {type(line).__name__}, not str")
+        if not isinstance(line, kinds):
+            raise TypeError(f"{method}({name}): {name}[{i}] is {type(line).__name__}, not {wanted}")
     return items
+
+
+def without_nul(line: str) -> str:
+    """NUL as a space, as `nmt translate` and `nmt serve` read it: the same text whatever the front
+    end (sentencepiece would take a NUL as a character of the word around it)."""
+    return line.replace("\x00", " ")
 
 
 def translate_by_sentence(

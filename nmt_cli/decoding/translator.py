@@ -25,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Unpack, cast, overload
+from typing import Literal, Unpack, cast, overload
 
 import numpy as np
 import torch
@@ -38,7 +38,8 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import one_line
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding.alignment import Alignment, word_alignment
+from nmt_cli.decoding import arguments
+from nmt_cli.decoding.alignment import Alignment, aligned_words
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
     PRECISIONS,
@@ -55,17 +56,13 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
     DecodeSettings,
     Sampling,
     resolve,
-    with_terms,
 )
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
-from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
+from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence, without_nul
 from nmt_cli.decoding.workers import WorkerPool, can_fork
-from nmt_cli.device import resolve_device
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
-
-SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 
 
 @dataclass
@@ -100,23 +97,21 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-        device: str = "auto",
+        model: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        device: str | torch.device = "auto",
         precision: str = "fp32",
-        decode: DecodeOverrides = DecodeOverrides(),
+        decode: DecodeOverrides | None = None,
         threads: int = 0,
     ) -> Translator:
         """Load a checkpoint (or several, as an ensemble) on `device` ("auto", "cpu", "cuda",
-        "cuda:N") to decode in `precision` ("fp32", "bf16", "int8" on CPU, "fp16" on GPU);
-        `decode` overrides the recipe's [decode] settings for every call; `threads` sets torch's
-        CPU threads (process-wide; 0 leaves them). Raises `nmt_cli.errors.NmtError` with a
-        one-line message for a missing or damaged checkpoint, and `SettingError` (a ValueError)
-        for a bad setting."""
+        "cuda:N", or a torch.device) to decode in `precision` ("fp32", "bf16", "int8" on CPU,
+        "fp16" on GPU); `decode` overrides the recipe's [decode] settings for every call; `threads`
+        sets torch's CPU threads (process-wide; 0 leaves them). Raises `nmt_cli.errors.NmtError`
+        with a one-line message for a missing or damaged checkpoint, `SettingError` (a ValueError)
+        for a bad setting, and TypeError for an argument of the wrong type."""
         check_setting("threads", threads)
-        paths = [Path(model)] if isinstance(model, str | os.PathLike) else [Path(p) for p in model]
-        if not paths:
-            raise InputError("Translator.load: no checkpoint given")
-        translator = load_translator(paths, resolve_device(device), precision, decode)
+        paths, overrides = arguments.checkpoint_paths(model), arguments.overrides_of(decode)
+        translator = load_translator(paths, arguments.device_of(device), precision, overrides)
         if threads > 0:
             torch.set_num_threads(threads)
         return translator
@@ -137,7 +132,7 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: Literal[False] = False,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[str]: ...
 
@@ -148,7 +143,7 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: Literal[True],
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[tuple[str, Alignment]]: ...
 
@@ -158,7 +153,7 @@ class Translator:
         *,
         split_sentences: bool = True,
         alignments: bool = False,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[str] | list[tuple[str, Alignment]]:
         """The best translation of each line (or a sampled one), in input order; "" for an empty
@@ -168,9 +163,9 @@ class Translator:
         enforced where a sentence holds their source side; `ordered_constraints=True`: the phrases
         in the order given. A phrase that cannot be met raises `ConstraintError` (an InputError)."""
         lines = text_lines(lines, "translate")
-        settings = dataclasses.replace(
-            self._settings_of(options, 1, "translate"), scores=False, alignments=alignments
-        )
+        arguments.check_flags(split_sentences=split_sentences, alignments=alignments)
+        settings = arguments.call_settings(self.settings, options, 1, "translate")
+        settings = dataclasses.replace(settings, scores=False, alignments=alignments)
         results = self.translate_texts(lines, settings, split_sentences, constraints)
         if alignments:
             return [(r.hyps[0][0], r.alignment or ()) for r in results]
@@ -180,10 +175,9 @@ class Translator:
         """Each HTML fragment translated with its markup: blocks as whole sentences, inline elements
         on the words aligned to theirs, mentions, hashtags, links, code and attributes kept as
         they are (`decoding.markup`; needs lxml: `pip install "nmt-cli[html]"`)."""
-        fragments = text_lines(fragments, "translate_html")
-        return self.translate_markup(
-            fragments, dataclasses.replace(self._settings_of(options, 1, "translate_html"), scores=False)
-        )
+        fragments = text_lines(fragments, "translate_html", "fragments")
+        settings = arguments.call_settings(self.settings, options, 1, "translate_html")
+        return self.translate_markup(fragments, dataclasses.replace(settings, scores=False))
 
     def translate_markup(self, fragments: Sequence[str], settings: DecodeSettings) -> list[str]:
         """HTML fragments translated with settings made by `settings()`; a MarkupError (an
@@ -206,7 +200,7 @@ class Translator:
         nbest: int = 1,
         *,
         split_sentences: bool = True,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[Hypotheses]:
         """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
@@ -216,19 +210,9 @@ class Translator:
         several sentences gets as its i-th hypothesis the i-th of each sentence, joined, scored by
         their mean. `constraints`, `glossary=` and `ordered_constraints=` as `translate` takes them."""
         lines = text_lines(lines, "translate_nbest")
-        settings = self._settings_of(options, nbest, "translate_nbest")
+        arguments.check_flags(split_sentences=split_sentences)
+        settings = arguments.call_settings(self.settings, options, nbest, "translate_nbest")
         return [r.hyps for r in self.translate_texts(lines, settings, split_sentences, constraints)]
-
-    def _settings_of(self, options: DecodeOptions, nbest: int, caller: str) -> DecodeSettings:
-        unknown = sorted(set(options) - set(DecodeOptions.__annotations__))
-        if unknown:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
-        given = cast(dict[str, Any], options)
-        search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
-        settings = self.settings(
-            search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling")
-        )
-        return with_terms(settings, given.get("glossary"), given.get("ordered_constraints", False))
 
     def settings(
         self,
@@ -250,16 +234,23 @@ class Translator:
 
     def translate_with(self, lines: Sequence[str], settings: DecodeSettings) -> list[Hypotheses]:
         """Hypotheses for each line, whole, with settings made by `settings()`."""
+        lines, settings = (
+            text_lines(lines, "translate_with"),
+            arguments.checked_settings(settings, "translate_with"),
+        )
         return [r.hyps for r in self.translate_results(lines, settings)]
 
     def translate_results(
         self,
         lines: Sequence[str | Constrained],
         settings: DecodeSettings,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
     ) -> list[Result]:
         """Each line translated whole, with its alignment where `settings.alignments` asks, and
         with its `constraints` and the glossary's terms it matches (`decoding.terms`)."""
+        checked = text_lines(lines, "translate_results", kinds=(str, Constrained))
+        lines = [without_nul(line) if isinstance(line, str) else line for line in checked]
+        settings = arguments.checked_settings(settings, "translate_results")
         if settings.alignments and not self.aligns:
             raise SettingError(
                 "alignments", True, f"{self.source} tokenizes with Moses and BPE: no word alignment"
@@ -281,12 +272,13 @@ class Translator:
         texts: Sequence[str],
         settings: DecodeSettings,
         split: bool = True,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
     ) -> list[Result]:
         """Each text translated sentence by sentence (`split`; else whole), the translations joined
         with the whitespace between the sentences; an alignment counts words over the whole text.
         Texts with `constraints` of their own are translated whole: a phrase belongs to the text,
         not to one of its sentences."""
+        texts = [without_nul(text) for text in texts]  # before the sentences are cut
         if not split or constraints is not None:
             return self.translate_results(texts, settings, constraints)
         language = self.languages[0] if self.languages else "en"
@@ -348,7 +340,7 @@ class Translator:
         self,
         lines: Sequence[str | Constrained],
         settings: DecodeSettings,
-        given: Sequence[Sequence[str]] | None,
+        given: Iterable[Sequence[str]] | None,
     ) -> list[str | Constrained]:
         """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
         if settings.sampling is not None:
@@ -383,16 +375,8 @@ class Translator:
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
             results[i] = Result(padded(found or [("", 0.0)], settings.nbest))
         if settings.alignments:
-            src_spm, tgt_spm = (
-                cast(SentencePieceProcessor, self.src_spm),
-                cast(SentencePieceProcessor, self.tgt_spm),
-            )
+            spm = cast(SentencePieceProcessor, self.src_spm), cast(SentencePieceProcessor, self.tgt_spm)
             for i, sentence in zip(todo, hyps, strict=True):
                 best = sentence[0] if sentence else Hypothesis([], 0.0, [])
-                pieces = (
-                    [src_spm.id_to_piece(int(x)) for x in ids[i]],
-                    [tgt_spm.id_to_piece(x) for x in best.tokens],
-                )
-                alignment = word_alignment(np.asarray(best.links or [], dtype=np.int64), *pieces)
-                results[i] = Result(results[i].hyps, alignment)
+                results[i] = Result(results[i].hyps, aligned_words(best.links, ids[i], best.tokens, *spm))
         return results

@@ -4,15 +4,19 @@ translate is the first of translate_nbest, and bad settings are one-line InputEr
 
 from __future__ import annotations
 
+import os
 import random
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from conftest import TrainedRun, one_thread, sentences
+import torch
+from conftest import TrainedRun, one_thread, refused, sentences
 
 import nmt_cli
 from nmt_cli import Translator
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, SettingError
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +148,134 @@ def test_every_decode_override_is_a_keyword_of_the_api() -> None:
 
     overrides = {f.name for f in dataclasses.fields(DecodeOverrides)}
     assert overrides <= set(DecodeOptions.__annotations__)
+
+
+# --- the arguments of load and of a call, each refused by name with the documented class ---------
+
+
+def test_a_nul_reads_as_a_space_as_nmt_translate_reads_it(translator: Translator) -> None:
+    # The command line and the server turn NUL into a space before anything else; the API must
+    # give the same translation (sentencepiece would take the NUL as part of a word).
+    with_nul = ["apple\x00river", "green stone.\x00Silver window.", "\x00"]
+    spaced = [line.replace("\x00", " ") for line in with_nul]
+    assert translator.translate(with_nul) == translator.translate(spaced)
+    assert translator.translate(with_nul, split_sentences=False) == translator.translate(
+        spaced, split_sentences=False
+    )
+    settings = translator.settings()
+    assert translator.translate_with(with_nul, settings) == translator.translate_with(spaced, settings)
+
+
+def test_a_checkpoint_is_a_path_or_several(trained: TrainedRun, translator: Translator) -> None:
+    lines = sentences(5, seed=31)
+    expected = translator.translate(lines)
+    as_bytes = os.fsencode(trained.checkpoint)  # as os.fspath takes it
+    assert Translator.load(as_bytes, device="cpu").translate(lines) == expected
+    assert Translator.load((p for p in [trained.checkpoint]), device="cpu").translate(lines) == expected
+    for model, says in [
+        (None, "not NoneType"),
+        (5, "not int"),
+        ([trained.checkpoint, None], "model[1] is NoneType"),
+    ]:
+        with pytest.raises(TypeError, match=rf"^Translator\.load\(model\): .*{re.escape(says)}"):
+            Translator.load(model, device="cpu")  # type: ignore[arg-type]
+    with pytest.raises(SettingError, match=r"^model=\[\]: no checkpoint given"):
+        Translator.load([], device="cpu")
+
+
+def test_a_torch_device_is_taken_and_a_wrong_device_or_decode_is_named(trained: TrainedRun) -> None:
+    loaded = Translator.load(trained.checkpoint, device=torch.device("cpu"), decode=None)
+    assert loaded.device == torch.device("cpu")
+    with pytest.raises(TypeError, match=r"^Translator\.load\(device\): .* not NoneType"):
+        Translator.load(trained.checkpoint, device=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^Translator\.load\(decode\): a DecodeOverrides .* not dict"):
+        Translator.load(trained.checkpoint, device="cpu", decode={"beam": 2})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (
+            lambda t, m: Translator.load(m, device="gpu"),
+            "device='gpu': unknown device; use auto, cpu or cuda",
+        ),
+        (lambda t, m: Translator.load(m, device="cpu", precision="fp8"), "precision='fp8': use "),
+        (lambda t, m: Translator.load(m, device="cpu", precision="fp16"), "precision='fp16': is for GPU"),
+        (lambda t, m: t.translate(["apple"], glossary="bike"), "glossary='bike': must map source terms"),
+        (
+            lambda t, m: t.translate(["apple"], glossary={"apple": ""}),
+            "glossary={'apple': ''}: entry 1: empty",
+        ),
+        (
+            lambda t, m: t.translate(["apple"], split_sentences="no"),
+            "split_sentences='no': must be true or false",
+        ),
+        (lambda t, m: t.translate(["apple"], alignments=1), "alignments=1: must be true or false"),
+        (
+            lambda t, m: t.translate_nbest(["apple"], split_sentences=None),
+            "split_sentences=None: must be true",
+        ),
+    ],
+    ids=[
+        "device",
+        "precision",
+        "fp16-on-cpu",
+        "glossary-str",
+        "glossary-entry",
+        "split",
+        "alignments",
+        "nbest-split",
+    ],
+)
+def test_a_bad_value_is_a_setting_error_naming_the_parameter(
+    translator: Translator, trained: TrainedRun, call: Any, says: str
+) -> None:
+    with pytest.raises(SettingError) as raised:
+        call(translator, trained.checkpoint)
+    assert isinstance(raised.value, ValueError) and str(raised.value).startswith(says), str(raised.value)
+
+
+def test_the_command_line_keeps_its_own_wording_for_the_device(
+    trained: TrainedRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "translate", "-m", trained.checkpoint, "--device", "gpu", "-i", "/dev/null")
+    assert line == "nmt: error: --device gpu: unknown device; use auto, cpu or cuda"
+
+
+@pytest.mark.parametrize(
+    ("constraints", "says"),
+    [
+        (5, "not int"),
+        ({"apple river": ["apple"]}, "not dict"),
+        ("silver", "not one str; for one line that must contain it, write [['silver']]"),
+    ],
+)
+def test_constraints_in_the_wrong_container_are_a_type_error_naming_them(
+    translator: Translator, constraints: object, says: str
+) -> None:
+    with pytest.raises(TypeError, match=r"^constraints: one list of phrases a line") as raised:
+        translator.translate(["apple river", "green"], constraints=constraints)  # type: ignore[arg-type]
+    assert says in str(raised.value)
+
+
+def test_constraints_may_come_from_a_generator_as_lines_may(translator: Translator) -> None:
+    lines, wanted = ["apple river", "green stone"], [["river"], []]
+    assert translator.translate(lines, constraints=(c for c in wanted)) == translator.translate(
+        lines, constraints=wanted
+    )
+
+
+def test_translate_with_and_translate_results_check_lines_and_settings(translator: Translator) -> None:
+    settings = translator.settings()
+    for method in ("translate_with", "translate_results"):
+        call = getattr(translator, method)
+        with pytest.raises(TypeError, match=rf"^{method}\(lines\): a list of strings, not one str"):
+            call("apple river", settings)
+        with pytest.raises(TypeError, match=rf"^{method}\(lines\): lines\[0\] is NoneType"):
+            call([None], settings)
+        with pytest.raises(TypeError, match=rf"^{method}\(settings\): the DecodeSettings .* not NoneType"):
+            call(["apple"], None)
+    with pytest.raises(TypeError, match=r"^settings\(search\): a DecodeOverrides, .* not dict"):
+        translator.settings({"beam": 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^translate_html\(fragments\): a list of strings, not one str"):
+        translator.translate_html("<p>apple</p>")  # type: ignore[arg-type]
