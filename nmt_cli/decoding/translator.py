@@ -28,7 +28,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Unpack, cast, overload
+from types import TracebackType
+from typing import Literal, NoReturn, SupportsIndex, Unpack, cast, overload
 
 import numpy as np
 import torch
@@ -298,7 +299,7 @@ class Translator:
         requests); whether any were replaced."""
         return self._pool.heal() if self._pool is not None else False
 
-    def start_workers(self, workers: int, close_fds: Sequence[int] = ()) -> None:
+    def start_workers(self, workers: int, close_fds: Iterable[int] = ()) -> None:
         """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
         `nmt translate --workers` counts them). Call it before starting threads of your own: the
         processes are forked. `close_fds`: descriptors the workers must not hold (a server's
@@ -308,14 +309,28 @@ class Translator:
         if self.device.type != "cpu" and workers > 1:
             raise SettingError("workers", workers, f"several workers are for CPU decoding, not {self.device}")
         workers = decoding_workers(RuntimeConfig(workers=workers), self.device)
+        self.close()  # the workers started before, if any
         if workers > 1 and can_fork():
             self._pool = WorkerPool(self._translate_part, workers, close_fds)
 
     def close(self) -> None:
-        """Stop the decoding workers, if any."""
+        """Stop the decoding workers, if any (`with Translator.load(...) as t:` does at the end).
+        A Translator no longer referenced stops them too, when it is collected."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # Loaded models, a lock and worker processes: nothing another process could take over.
+        raise TypeError("a Translator cannot be pickled or copied; call Translator.load in the other process")
 
     def _translate_part(
         self, lines: list[str | Constrained], settings: DecodeSettings

@@ -8,25 +8,30 @@ answers back in input order.
 
 A worker that dies (killed, or out of memory) fails the call it was working on with one line
 (`WorkerDied`), never a hang, and the pool starts afresh for the next call; one that dies idle
-costs no call at all. Workers die with the process that forked them, and close the descriptors
-they must not hold (a server's listening socket).
+costs no call at all. Workers die with the process that forked them, and with their pool: the
+pool holds its work's object (a Translator) weakly, so that object can be collected, and then
+the pool's executor, whose manager thread ends the workers. They close the descriptors they must
+not hold (a server's listening socket), checked before any fork.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import multiprocessing
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import torch
 
-from nmt_cli.errors import RunFailure
+from nmt_cli.errors import RunFailure, SettingError
 
 Work = Callable[[list[Any], Any], tuple[list[Any], int]]
 """(a part of the lines, the call's settings) -> (one result per line, a count to add up)."""
@@ -34,7 +39,7 @@ Work = Callable[[list[Any], Any], tuple[list[Any], int]]
 MIN_LINES_PER_PART = 32
 PARENT_CHECK_S = 1.0
 
-_WORK: Work | None = None  # what a forked worker runs; set in the parent just before the fork
+_WORK: Work | None = None  # what a forked worker runs; set in the parent only while it forks
 _FORKING = threading.Lock()
 
 
@@ -54,19 +59,24 @@ class WorkerPool:
     """`workers` forked processes that run `work` on parts of a list of lines; `close_fds` are
     descriptors of this process that the workers close at once."""
 
-    def __init__(self, work: Work, workers: int, close_fds: Sequence[int] = ()) -> None:
-        self.work = work
+    def __init__(self, work: Work, workers: int, close_fds: Iterable[int] = ()) -> None:
+        # A method is held weakly: its object (a Translator, which holds this pool) must stay free
+        # to be collected, and its workers to end with it.
+        self._work = weakref.WeakMethod(work) if inspect.ismethod(work) else lambda: work
         self.workers = workers
         self.restarts = 0
-        self._close_fds = tuple(close_fds)
+        self._close_fds = open_descriptors(close_fds)
         self._lock = threading.Lock()
         self._executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
         global _WORK
         with _FORKING:  # several pools in one process (nmt serve, one per model): each forks its own
-            _WORK = self.work
-            return self._fork()
+            _WORK = self._work()
+            try:
+                return self._fork()
+            finally:
+                _WORK = None  # the workers have their copy; here it would keep its object alive
 
     def _fork(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("fork")
@@ -139,6 +149,22 @@ class WorkerPool:
             _stop(self._executor)
 
 
+def open_descriptors(close_fds: object) -> tuple[int, ...]:
+    """`close_fds` checked before any fork: descriptors of this process, open now. (A bad one
+    failed every worker as it started, with a traceback from each.)"""
+    if isinstance(close_fds, str | bytes) or not isinstance(close_fds, Iterable):
+        raise TypeError(f"close_fds: a list of file descriptors (int), not {type(close_fds).__name__}")
+    fds = list(close_fds)
+    for i, fd in enumerate(fds):
+        if not isinstance(fd, int) or isinstance(fd, bool):
+            raise TypeError(f"close_fds: close_fds[{i}] is {type(fd).__name__}, not a file descriptor (int)")
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise SettingError("close_fds", fds, f"{fd} is not an open descriptor of this process") from None
+    return tuple(dict.fromkeys(fds))
+
+
 def _stop(executor: ProcessPoolExecutor) -> None:
     """End the workers now, busy or not (shutdown alone would wait for a call in progress)."""
     processes = list((getattr(executor, "_processes", None) or {}).values())  # None once broken
@@ -154,7 +180,8 @@ def _start_worker(parent: int, close_fds: tuple[int, ...]) -> None:
     # forked the worker, and a pool may be restarted from a thread that ends.)
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     for fd in close_fds:
-        os.close(fd)
+        with contextlib.suppress(OSError):  # closed since it was checked: as asked
+            os.close(fd)
     # Ctrl-C reaches the whole process group: the parent stops the pool and reports it once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)

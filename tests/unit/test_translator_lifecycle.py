@@ -1,0 +1,99 @@
+"""A Translator's life: its decoding workers end with it (when it is closed, left by a `with`
+block, or no longer referenced), bad descriptors for them are refused before any fork, and it
+refuses to be pickled or copied with a message that says what to do instead."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import multiprocessing
+import pickle
+import weakref
+from collections.abc import Iterator
+
+import pytest
+from conftest import TrainedRun, one_thread, wait_until
+
+from nmt_cli import Translator
+from nmt_cli.decoding.workers import can_fork
+from nmt_cli.errors import SettingError
+
+needs_fork = pytest.mark.skipif(not can_fork(), reason="decoding workers are forked")
+
+
+@pytest.fixture
+def translator(trained: TrainedRun) -> Iterator[Translator]:
+    with one_thread():
+        loaded = Translator.load(trained.checkpoint, device="cpu")
+        yield loaded
+        loaded.close()
+
+
+def children() -> set[int]:
+    return {process.pid for process in multiprocessing.active_children() if process.pid is not None}
+
+
+@needs_fork
+def test_a_translator_no_longer_referenced_is_freed_and_its_workers_end(trained: TrainedRun) -> None:
+    before = children()
+    with one_thread():
+        translator = Translator.load(trained.checkpoint, device="cpu")
+        translator.start_workers(2)
+        assert translator.translate(["apple river"]) == ["apple river"]
+    workers = children() - before
+    assert len(workers) == 2
+    alive = weakref.ref(translator)
+    del translator
+    gc.collect()
+    assert alive() is None  # nothing in the library keeps it (once, the workers module did)
+    wait_until(lambda: not children() & workers, "its workers end", timeout=30)
+
+
+@needs_fork
+def test_a_with_block_closes_the_workers_and_a_second_start_replaces_the_first(
+    translator: Translator,
+) -> None:
+    before = children()
+    with translator as entered:
+        assert entered is translator
+        translator.start_workers(2)
+        first = children() - before
+        translator.start_workers(2)
+        wait_until(lambda: not children() & first, "the first workers end", timeout=30)
+        assert len(children() - before) == 2
+    assert translator.workers == 1
+    wait_until(lambda: not children() - before, "the workers end with the block", timeout=30)
+    assert translator.translate(["green"]) == ["green"]  # still usable, in this process
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    ("close_fds", "error", "says"),
+    [
+        ([99999], SettingError, "close_fds=[99999]: 99999 is not an open descriptor of this process"),
+        ("ab", TypeError, "close_fds: a list of file descriptors (int), not str"),
+        ([1.5], TypeError, "close_fds: close_fds[0] is float, not a file descriptor (int)"),
+        (5, TypeError, "close_fds: a list of file descriptors (int), not int"),
+    ],
+)
+def test_bad_descriptors_to_close_are_refused_before_any_fork(
+    translator: Translator,
+    capfd: pytest.CaptureFixture[str],
+    close_fds: object,
+    error: type[Exception],
+    says: str,
+) -> None:
+    before = children()
+    with pytest.raises(error) as raised:
+        translator.start_workers(2, close_fds=close_fds)  # type: ignore[arg-type]
+    assert str(raised.value) == says
+    assert children() == before and translator.workers == 1
+    assert capfd.readouterr() == ("", "")  # no worker started, so none printed a traceback
+
+
+@pytest.mark.parametrize(
+    "copied", [pickle.dumps, copy.deepcopy, copy.copy], ids=["pickle", "deepcopy", "copy"]
+)
+def test_a_translator_is_not_pickled_or_copied(translator: Translator, copied: object) -> None:
+    with pytest.raises(TypeError, match=r"^a Translator cannot be pickled or copied; call Translator\.load"):
+        copied(translator)  # type: ignore[operator]
