@@ -136,3 +136,18 @@ def test_a_document_of_ten_thousand_tags_is_bounded_by_the_character_limit(serve
     response = server.post({"q": "<b>a</b>" * 10_000, "source": "en", "target": "de", "format": "html"})
     assert response.status_code == 400
     assert "at most 2000" in response.json()["error"]
+
+
+def test_a_nul_reads_as_a_space_on_both_routes_as_in_the_python_api(
+    server: Server, offline: dict[str, Translator]
+) -> None:
+    texts = ["apple\x00river stone", "green.\x00Music stone."]
+    with one_thread():
+        expected = offline["en-de"].translate(texts)
+        assert expected == offline["en-de"].translate([text.replace("\x00", " ") for text in texts])
+    own = server.post({"text": texts, "source": "en", "target": "de"})
+    assert own.status_code == 200, own.text
+    assert own.json()["translations"] == expected
+    libretranslate = server.post({"q": texts, "source": "en", "target": "de"})
+    assert libretranslate.status_code == 200, libretranslate.text
+    assert libretranslate.json()["translatedText"] == expected
