@@ -117,7 +117,7 @@ def phrase_lists(constraints: object, lines: int) -> list[Any]:
     if isinstance(constraints, str | bytes):
         hint = (
             f"; for one line that must contain it, write [[{constraints!r}]]"
-            if len(constraints) <= 40
+            if isinstance(constraints, str) and len(constraints) <= 40
             else ""
         )
         raise TypeError(f"constraints: {what}, not one {type(constraints).__name__}{hint}")
@@ -154,6 +154,7 @@ def _checked(
 
 
 def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
+    phrase = phrase.replace("\x00", " ")  # as in the lines (`texts.without_nul`)
     if not phrase.strip():
         raise ConstraintError(index, line, "an empty constraint: leave it out", source)
     if not is_unicode(phrase):

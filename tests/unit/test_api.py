@@ -248,6 +248,7 @@ def test_the_command_line_keeps_its_own_wording_for_the_device(
         (5, "not int"),
         ({"apple river": ["apple"]}, "not dict"),
         ("silver", "not one str; for one line that must contain it, write [['silver']]"),
+        (b"silver", "not one bytes"),
     ],
 )
 def test_constraints_in_the_wrong_container_are_a_type_error_naming_them(
@@ -256,6 +257,7 @@ def test_constraints_in_the_wrong_container_are_a_type_error_naming_them(
     with pytest.raises(TypeError, match=r"^constraints: one list of phrases a line") as raised:
         translator.translate(["apple river", "green"], constraints=constraints)  # type: ignore[arg-type]
     assert says in str(raised.value)
+    assert "b'silver'" not in str(raised.value)  # bytes are no phrase: not suggested as one
 
 
 def test_constraints_may_come_from_a_generator_as_lines_may(translator: Translator) -> None:

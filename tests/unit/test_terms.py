@@ -68,3 +68,9 @@ def test_constraints_are_lists_of_strings_one_a_line() -> None:
         constrained_lines(["a"], [None], None, vocabulary())  # type: ignore[list-item]
     with pytest.raises(ConstraintError, match="a constraint is a string, not int"):
         constrained_lines(["a"], [[3]], None, vocabulary())  # type: ignore[list-item]
+
+
+def test_a_nul_in_a_phrase_reads_as_a_space_as_in_the_lines() -> None:
+    # nmt translate reads NUL as a space in the whole TSV line, phrases included.
+    lines = constrained_lines(["a red house"], [["rotes\x00Haus", "Hund\x00"]], None, vocabulary())
+    assert lines == [Constrained("a red house", ((11, 10), (12,)))]
