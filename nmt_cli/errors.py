@@ -50,6 +50,12 @@ class SettingError(InputError, ValueError):
         return self.problem.format_map(_Names(spell))
 
 
+def literal(text: str) -> str:
+    """`text` (a user's term, a path) as it must be written into a SettingError's problem, whose
+    `{name}` marks name settings: braces doubled, so that they come out as written."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 class _Names(dict[str, str]):
     def __init__(self, spell: Callable[[str], str]) -> None:
         super().__init__()

@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.errors import InputError, SettingError
+from nmt_cli.errors import InputError, SettingError, literal
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides
 
@@ -180,5 +180,5 @@ def with_terms(settings: DecodeSettings, glossary: object, ordered: object) -> D
         try:
             glossary = Glossary.of(glossary, where="")
         except InputError as err:  # an entry: the setting is what is refused, a ValueError
-            raise SettingError("glossary", glossary, str(err)) from None
+            raise SettingError("glossary", glossary, literal(str(err))) from None
     return dataclasses.replace(settings, glossary=glossary, ordered_constraints=bool(ordered))

@@ -60,8 +60,8 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
 )
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence, without_nul
-from nmt_cli.decoding.workers import WorkerPool, can_fork
-from nmt_cli.errors import InputError, SettingError
+from nmt_cli.decoding.workers import WorkerPool, can_fork, open_descriptors
+from nmt_cli.errors import InputError, SettingError, literal
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
@@ -228,8 +228,10 @@ class Translator:
             raise SettingError(
                 "shortlist",
                 True,
-                f"{self.source} has no vocabulary shortlist; learn one with `nmt shortlist -m "
-                f"{self.source} --train PREFIX -o OUT.pt`, or leave it out",
+                literal(
+                    f"{self.source} has no vocabulary shortlist; learn one with `nmt shortlist -m "
+                    f"{self.source} --train PREFIX -o OUT.pt`, or leave it out"
+                ),
             )
         return settings
 
@@ -254,7 +256,7 @@ class Translator:
         settings = arguments.checked_settings(settings, "translate_results")
         if settings.alignments and not self.aligns:
             raise SettingError(
-                "alignments", True, f"{self.source} tokenizes with Moses and BPE: no word alignment"
+                "alignments", True, literal(f"{self.source} tokenizes with Moses and BPE: no word alignment")
             )
         units: list[str | Constrained] = list(lines)
         if constraints is not None or settings.glossary is not None:
@@ -309,9 +311,10 @@ class Translator:
         if self.device.type != "cpu" and workers > 1:
             raise SettingError("workers", workers, f"several workers are for CPU decoding, not {self.device}")
         workers = decoding_workers(RuntimeConfig(workers=workers), self.device)
+        fds = open_descriptors(close_fds)  # before the running workers stop: a refusal keeps them
         self.close()  # the workers started before, if any
         if workers > 1 and can_fork():
-            self._pool = WorkerPool(self._translate_part, workers, close_fds)
+            self._pool = WorkerPool(self._translate_part, workers, fds)
 
     def close(self) -> None:
         """Stop the decoding workers, if any (`with Translator.load(...) as t:` does at the end).

@@ -150,8 +150,8 @@ class WorkerPool:
 
 
 def open_descriptors(close_fds: object) -> tuple[int, ...]:
-    """`close_fds` checked before any fork: descriptors of this process, open now. (A bad one
-    failed every worker as it started, with a traceback from each.)"""
+    """`close_fds` checked before any fork: descriptors of this process, open now: a bad one
+    would fail every worker as it starts, each printing a traceback."""
     if isinstance(close_fds, str | bytes) or not isinstance(close_fds, Iterable):
         raise TypeError(f"close_fds: a list of file descriptors (int), not {type(close_fds).__name__}")
     fds = list(close_fds)

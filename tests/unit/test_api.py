@@ -207,6 +207,10 @@ def test_a_torch_device_is_taken_and_a_wrong_device_or_decode_is_named(trained: 
             "glossary={'apple': ''}: entry 1: empty",
         ),
         (
+            lambda t, m: t.translate(["apple"], glossary={"{x}": 5}),
+            "glossary={'{x}': 5}: entry 1: expected (source term, target term), got ('{x}', 5)",
+        ),
+        (
             lambda t, m: t.translate(["apple"], split_sentences="no"),
             "split_sentences='no': must be true or false",
         ),
@@ -222,6 +226,7 @@ def test_a_torch_device_is_taken_and_a_wrong_device_or_decode_is_named(trained: 
         "fp16-on-cpu",
         "glossary-str",
         "glossary-entry",
+        "glossary-braces",
         "split",
         "alignments",
         "nbest-split",

@@ -91,6 +91,15 @@ def test_bad_descriptors_to_close_are_refused_before_any_fork(
     assert capfd.readouterr() == ("", "")  # no worker started, so none printed a traceback
 
 
+@needs_fork
+def test_a_refused_start_keeps_the_workers_already_running(translator: Translator) -> None:
+    translator.start_workers(2)
+    running = children()
+    with pytest.raises(SettingError):
+        translator.start_workers(2, close_fds=[99999])
+    assert translator.workers == 2 and children() == running
+
+
 @pytest.mark.parametrize(
     "copied", [pickle.dumps, copy.deepcopy, copy.copy], ids=["pickle", "deepcopy", "copy"]
 )
