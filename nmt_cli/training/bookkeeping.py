@@ -78,7 +78,7 @@ class Bookkeeping:
         self.bar = reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
 
     def queue(self, loss: UpdateLoss, outcome: torch.Tensor, lr: float) -> None:
-        self.pending.add(loss, outcome)
+        self.pending.add(loss, outcome, (self.progress.epoch, self.progress.batch))
         self.progress.update += 1
         self.bar.update(1)
         self.lr = lr
@@ -131,9 +131,9 @@ class Bookkeeping:
         self.bad_in_row += 1
         update = self.progress.update
         if self.is_main:
-            # Where the data stood when the skip was read, so that a resumed run tells the skips
-            # it redoes (past its checkpoint's place in the data) from those it does not.
-            place = {"epoch": self.progress.epoch, "batch": self.progress.batch}
+            # Where the data stood once the skipped update's batches were taken: a resumed run
+            # redoes the skips past its checkpoint's place, and keeps the records of the others.
+            place = {"epoch": done.place[0], "batch": done.place[1]}
             self.metrics.write(
                 {"type": "skip", "update": update, **place, "loss": done.loss, "grad_norm": done.grad_norm}
             )

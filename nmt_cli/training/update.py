@@ -108,6 +108,8 @@ class Settled:
     grad_norm: float
     skipped: bool
     tokens: int
+    place: tuple[int, int] = (0, 0)
+    """(epoch, batch) once the update's batches were taken: where the data stood."""
 
 
 @dataclass
@@ -117,10 +119,12 @@ class Pending:
 
     rows: list[Tensor] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    places: list[tuple[int, int]] = field(default_factory=list)
 
-    def add(self, loss: UpdateLoss, outcome: Tensor) -> None:
+    def add(self, loss: UpdateLoss, outcome: Tensor, place: tuple[int, int] = (0, 0)) -> None:
         self.rows.append(torch.cat([loss.sums, outcome]))
         self.tokens.append(loss.tokens)
+        self.places.append(place)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -132,8 +136,10 @@ class Pending:
             return []
         values = torch.stack(self.rows).cpu().tolist()
         settled = [
-            Settled(loss, nll, norm, skipped > 0, tokens)
-            for (loss, nll, norm, skipped), tokens in zip(values, self.tokens, strict=True)
+            Settled(loss, nll, norm, skipped > 0, tokens, place)
+            for (loss, nll, norm, skipped), tokens, place in zip(
+                values, self.tokens, self.places, strict=True
+            )
         ]
-        self.rows, self.tokens = [], []
+        self.rows, self.tokens, self.places = [], [], []
         return settled

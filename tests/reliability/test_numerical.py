@@ -69,6 +69,8 @@ def test_faulty_updates_are_skipped_and_logged(
     skips = [r for r in records if r["type"] == "skip"]
     # Calls 3, 6 and 9 are the attempts at updates 3, 5 and 7: the update count does not move on a skip.
     assert [r["update"] for r in skips] == [2, 4, 6]
+    # Where each skipped batch is in the data.
+    assert [(r["epoch"], r["batch"]) for r in skips] == [(1, 3), (1, 6), (1, 9)]
     assert math.isnan(skips[0]["loss"]) and math.isinf(skips[1]["loss"])
     assert math.isfinite(skips[2]["loss"]) and not math.isfinite(skips[2]["grad_norm"])
     trained = [r for r in records if r["type"] == "train"]
@@ -97,6 +99,8 @@ def test_a_skip_inside_a_log_window_is_counted_when_the_window_is_read(
     assert nmt(*args) == 0
     records = MetricsLog(run_dir / "metrics.jsonl").read()
     assert [r["update"] for r in records if r["type"] == "skip"] == [2, 7]
+    # Read at the next log, each names where its own batch is in the data (calls 3 and 9).
+    assert [(r["epoch"], r["batch"]) for r in records if r["type"] == "skip"] == [(1, 3), (1, 9)]
     assert [r["update"] for r in records if r["type"] == "train"] == [5, 10]
     ckpts = run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == [
@@ -174,5 +178,5 @@ def test_a_skip_past_the_checkpoint_is_logged_once_when_a_killed_run_redoes_it(
     assert nmt(*args, "--set", "train.max_updates=6") == 0
     records = MetricsLog(run_dir / "metrics.jsonl").read()
     skips = [(r["update"], r["epoch"], r["batch"]) for r in records if r["type"] == "skip"]
-    assert len(skips) == 1 and skips[0][0] == 4
+    assert skips == [(4, 1, 5)]  # update 5's batch, the fifth of the first epoch
     assert [r["update"] for r in records if r["type"] == "train"] == [1, 2, 3, 4, 5, 6]
