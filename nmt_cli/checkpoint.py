@@ -211,7 +211,7 @@ def load(path: Path) -> Checkpoint:
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-            raise _unreadable(path, err, whole_zip=checked.result()) from None
+            raise _unreadable(path, err, members=checked.result()) from None
         except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
             checked.result()
             raise InputError(
@@ -221,14 +221,20 @@ def load(path: Path) -> Checkpoint:
     return Checkpoint.from_dict(payload, path)
 
 
-def _unreadable(path: Path, err: Exception, whole_zip: bool) -> InputError:
+def _unreadable(path: Path, err: Exception, members: list[str] | None) -> InputError:
     """What torch.load failing to read `path` means to the user. torch's own words for a file cut
     short are a paragraph of its zip reader's internals ("failed finding central directory. This
     is an internal miniz error..."), of no use to someone who only needs another file."""
     if isinstance(err, OSError) and err.filename is not None:  # refused by the system when opened
         hint = "check its permissions" if isinstance(err, PermissionError) else "check the file and its disk"
         return InputError(f"checkpoint {path}: cannot read it ({err.strerror}); {hint}")
-    if whole_zip:  # every member whole, yet not laid out as torch.save lays it out (an .npz, a .zip)
+    if members is not None and any(name.endswith("/data.pkl") for name in members):
+        # Whole, and laid out as torch.save lays it out: written by another version of torch?
+        return InputError(
+            f"checkpoint {path}: this torch ({torch.__version__}) cannot read it: {_first_line(err)}; "
+            "load it with the torch that wrote it"
+        )
+    if members is not None:  # every member whole, yet not torch's layout (an .npz, a .zip)
         return InputError(
             f"checkpoint {path}: not an nmt checkpoint (a zip archive torch did not write){NOT_OURS}"
         )
@@ -238,22 +244,30 @@ def _unreadable(path: Path, err: Exception, whole_zip: bool) -> InputError:
     )
 
 
-def _check_integrity(path: Path) -> bool:
+def _first_line(err: Exception) -> str:
+    """torch's reason without its C++ location ("[enforce fail at inline_container.cc:230] . "):
+    its first sentence."""
+    text = str(err).strip().split("] . ", 1)[-1]
+    return text.split(". ", 1)[0].splitlines()[0][:300] if text else type(err).__name__
+
+
+def _check_integrity(path: Path) -> list[str] | None:
     """torch.save writes a zip archive with a CRC-32 for every tensor's bytes, which torch.load
     does not check: a damaged tensor would load and decode garbage. zipfile checks them all (at
-    several GB/s). Whether `path` is a whole zip archive; one that is not is left to torch.load
-    to describe."""
+    several GB/s). The members of `path` when it is a whole zip archive; one that is not (None)
+    is left to torch.load to describe."""
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
+            members = archive.namelist()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
-        return False
+        return None
     if damaged is not None:
         raise DamagedCheckpoint(
             f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
             "another one, e.g. an earlier checkpoint_N.pt of the run"
         )
-    return True
+    return members
 
 
 def numbered_or_last(path: Path) -> bool:

@@ -20,7 +20,7 @@ def resolve_device(name: str) -> torch.device:
     """ "auto" takes a GPU when one is visible; "cuda" without one is an error, not a silent CPU
     run. A GPU comes with its attention kernels chosen (configure_cuda). A SettingError names the
     device: `--device` on the command line, `device=` from Python."""
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+    if re.fullmatch(r"cpu(:[0-9]+)?", name) or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if name == "auto" or re.fullmatch(r"cuda(:[0-9]+)?", name):
         if not torch.cuda.is_available():

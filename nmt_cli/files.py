@@ -35,8 +35,16 @@ def hidden_name(name: str, suffix: str, spare: int = 0) -> str:
     raw = os.fsencode(name)
     tail = f"~{hashlib.sha256(raw).hexdigest()[:12]}{suffix}"
     room = NAME_MAX - spare - 1 - len(os.fsencode(tail))
-    # Cut by bytes: a character split in two stays as the escaped bytes os.fsdecode makes of it.
-    return f".{os.fsdecode(raw[:room])}{tail}"
+    # Cut at a character's boundary: half a UTF-8 character is a name some file systems refuse.
+    return f".{raw[:room].decode('utf-8', 'ignore') if _utf8(raw) else os.fsdecode(raw[:room])}{tail}"
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False  # a name of other bytes (os.fsdecode's escapes) is cut as bytes
+    return True
 
 
 def write_failure(err: OSError, where: str, option: str | None = None) -> NmtError:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from nmt_cli.errors import SettingError
 
 
@@ -50,10 +52,11 @@ class Range:
 
 @dataclass(frozen=True)
 class Flag:
-    """true or false (a Python bool; JSON's true and false)."""
+    """true or false (a Python or numpy bool; JSON's true and false), never a number or a string
+    that Python would take as one."""
 
     def problem(self, value: object) -> str | None:
-        return None if isinstance(value, bool) else "must be true or false"
+        return None if isinstance(value, bool | np.bool_) else "must be true or false"
 
 
 def _finite(value: int | float) -> bool:

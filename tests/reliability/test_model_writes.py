@@ -153,3 +153,5 @@ def test_temporary_names_fit_and_stay_apart() -> None:
     assert all(len(os.fsencode(name)) <= files.NAME_MAX for name in names) and len(set(names)) == 3
     assert all(checkpoint.TEMPORARY.match(name) for name in names)  # cleaned up after a crash
     assert files.temporary_name(Path("model.pt")).name == f".model.pt.tmp-{os.getpid()}"
+    for name in names:
+        name.encode("utf-8")  # cut between characters, never inside one: a name any file system takes

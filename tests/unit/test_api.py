@@ -166,6 +166,15 @@ def test_a_nul_reads_as_a_space_as_nmt_translate_reads_it(translator: Translator
     assert translator.translate_with(with_nul, settings) == translator.translate_with(spaced, settings)
 
 
+def test_numpy_bools_are_flags_as_numpy_ints_are_numbers(translator: Translator) -> None:
+    import numpy as np
+
+    lines = ["apple river. green stone."]
+    assert translator.translate(lines, split_sentences=np.bool_(False)) == translator.translate(
+        lines, split_sentences=False
+    )
+
+
 def test_a_checkpoint_is_a_path_or_several(trained: TrainedRun, translator: Translator) -> None:
     lines = sentences(5, seed=31)
     expected = translator.translate(lines)
@@ -186,6 +195,7 @@ def test_a_checkpoint_is_a_path_or_several(trained: TrainedRun, translator: Tran
 def test_a_torch_device_is_taken_and_a_wrong_device_or_decode_is_named(trained: TrainedRun) -> None:
     loaded = Translator.load(trained.checkpoint, device=torch.device("cpu"), decode=None)
     assert loaded.device == torch.device("cpu")
+    assert Translator.load(trained.checkpoint, device=torch.device("cpu", 0)).device.type == "cpu"
     with pytest.raises(TypeError, match=r"^Translator\.load\(device\): .* not NoneType"):
         Translator.load(trained.checkpoint, device=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^Translator\.load\(decode\): a DecodeOverrides .* not dict"):

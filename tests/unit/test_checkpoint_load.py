@@ -115,6 +115,23 @@ def test_a_whole_zip_that_torch_did_not_write_is_not_called_cut_short(
     )
 
 
+def test_a_checkpoint_of_a_newer_torch_is_not_called_damaged(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zipfile
+
+    newer = tmp_path / "newer.pt"  # torch's own layout, with a format version this torch does not read
+    with zipfile.ZipFile(trained.checkpoint) as source, zipfile.ZipFile(newer, "w") as archive:
+        for name in source.namelist():
+            archive.writestr(name, b"99\n" if name.endswith("/version") else source.read(name))
+    assert nmt("translate", "-m", newer, "-i", trained.checkpoint, "--device", "cpu") == 2
+    line = one_line_error(capsys)
+    assert line.startswith(
+        f"nmt: error: checkpoint {newer}: this torch ({torch.__version__}) cannot read it: "
+    )
+    assert "version 99" in line and line.endswith("; load it with the torch that wrote it")
+
+
 def test_a_checkpoint_the_system_will_not_open_says_why(
     trained: TrainedRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
