@@ -308,10 +308,13 @@ _OLD_NORMS = {
 
 def _upgraded(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The state dict in fairseq 0.12's names, as fairseq's own upgrade makes it from the layout
-    before 0.9: attention's stacked `in_proj_weight`/`in_proj_bias` split into q, k and v, and a
-    layer's `layer_norms.N` named by their position."""
+    before 0.9: attention's stacked `in_proj_weight`/`in_proj_bias` split into q, k and v, a
+    layer's `layer_norms.N` named by their position, and an output projection of its own
+    (`decoder.embed_out`) named `decoder.output_projection.weight`."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in theirs.items():
+        if name == "decoder.embed_out" and "decoder.output_projection.weight" not in theirs:
+            name = "decoder.output_projection.weight"
         head, _, last = name.rpartition(".")
         if last in ("in_proj_weight", "in_proj_bias") and tensor.shape[0] % 3 == 0:
             kind = "weight" if last == "in_proj_weight" else "bias"

@@ -350,6 +350,30 @@ def test_the_layout_before_fairseq_0_9_imports_and_translates_as_fairseq(tmp_pat
     assert ours == lines(FAIRSEQ / "fairseq.beam1.de")
 
 
+def test_an_output_projection_of_its_own_in_the_old_layout_is_imported(tmp_path: Path) -> None:
+    """Before fairseq 0.9 a decoder whose output projection is not its embedding kept it as
+    `decoder.embed_out`, which fairseq's upgrade renames. The fixture untied (the same values
+    under both names, so fairseq's translations stay) and saved that way."""
+    import argparse
+
+    source = tmp_path / "untied"
+    shutil.copytree(FAIRSEQ, source)
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        state = torch.load(source / "checkpoint.pt", weights_only=True)
+    for key in ("share_all_embeddings", "share_decoder_input_output_embed"):
+        setattr(state["cfg"]["model"], key, False)
+    weights = state["model"]
+    weights["decoder.embed_out"] = weights.pop("decoder.output_projection.weight").clone()
+    weights["decoder.embed_tokens.weight"] = weights["decoder.embed_tokens.weight"].clone()
+    torch.save(state, source / "checkpoint.pt")
+    out = tmp_path / "untied.pt"
+    assert nmt("-q", "import", source / "checkpoint.pt", "-o", out) == 0
+    ours = Translator.load(out, device="cpu", precision="fp32", threads=1).translate(
+        lines(FAIRSEQ / "input.en")[:50], beam=1
+    )
+    assert ours == lines(FAIRSEQ / "fairseq.beam1.de")[:50]
+
+
 def test_learned_positions_of_unequal_lengths_are_cut_to_the_shorter(tmp_path: Path) -> None:
     import argparse
 
