@@ -26,17 +26,27 @@ def temporary_name(path: Path) -> Path:
 
 def hidden_name(name: str, suffix: str, spare: int = 0) -> str:
     """`.NAME` + `suffix`, the name of a writer's temporary beside NAME, in at most NAME_MAX
-    bytes with `spare` bytes left over (for mkdtemp's random letters). A legal NAME near the limit
-    would make it too long: NAME is then cut, and a hash of the whole of it keeps two names that
-    share their beginning apart."""
-    whole = f".{name}{suffix}"
+    bytes with `spare` bytes left over (for mkdtemp's random letters)."""
+    return fitted_name(".", name, suffix, spare)
+
+
+def partial_path(target: Path) -> Path:
+    """TARGET.partial, where `nmt translate -o TARGET` writes (and keeps, when stopped) its lines."""
+    return target.with_name(fitted_name("", target.name, ".partial"))
+
+
+def fitted_name(prefix: str, name: str, suffix: str, spare: int = 0) -> str:
+    """`prefix` + NAME + `suffix` in at most NAME_MAX bytes with `spare` left over. A legal NAME
+    near the limit would make it too long: NAME is then cut, and a hash of the whole of it keeps
+    two names that share their beginning apart."""
+    whole = f"{prefix}{name}{suffix}"
     if len(os.fsencode(whole)) + spare <= NAME_MAX:
         return whole
     raw = os.fsencode(name)
     tail = f"~{hashlib.sha256(raw).hexdigest()[:12]}{suffix}"
-    room = NAME_MAX - spare - 1 - len(os.fsencode(tail))
+    room = NAME_MAX - spare - len(os.fsencode(prefix)) - len(os.fsencode(tail))
     # Cut at a character's boundary: half a UTF-8 character is a name some file systems refuse.
-    return f".{raw[:room].decode('utf-8', 'ignore') if _utf8(raw) else os.fsdecode(raw[:room])}{tail}"
+    return f"{prefix}{raw[:room].decode('utf-8', 'ignore') if _utf8(raw) else os.fsdecode(raw[:room])}{tail}"
 
 
 def _utf8(raw: bytes) -> bool:

@@ -36,6 +36,7 @@ from nmt_cli.files import (
     not_an_input,
     open_in_place,
     output_target,
+    partial_path,
     to_terminal,
 )
 from nmt_cli.report import Reporter
@@ -128,7 +129,7 @@ def run(
 def _partial_not_in_the_way(output_path: Path, target: Path) -> None:
     """Refuse, before the model is loaded, to start where TARGET.partial already is: most likely
     the lines an earlier run kept when it stopped, never overwritten."""
-    partial = Path(f"{target}.partial")
+    partial = partial_path(target)
     if partial.is_symlink() or partial.exists():
         raise InputError(
             f"--output {output_path}: {partial} is in the way (lines an earlier run kept?); move it"
@@ -210,7 +211,7 @@ def _translate_to_file(write: Write, output_path: Path, target: Path) -> None:
     buffers finished so far stay in TARGET.partial (cut back to the last complete buffer) and the
     error says how many input lines they cover, so that hours of work are not thrown away.
     """
-    partial = Path(f"{target}.partial")
+    partial = partial_path(target)
     _partial_not_in_the_way(output_path, target)  # again: another run may have made one since
     done = 0  # input lines whose output is written and flushed to `partial`
     size = 0  # the length of `partial` at that point

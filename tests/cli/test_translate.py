@@ -559,6 +559,15 @@ def test_a_partial_file_in_the_way_is_refused_and_kept(
     assert partial.read_text(encoding="utf-8") == "lines an earlier run kept\n" and not target.exists()
 
 
+def test_an_output_name_near_the_length_limit_is_written(trained: TrainedRun, tmp_path: Path) -> None:
+    # OUT.partial would pass the 255 bytes of a file name: its name is cut (with a hash) instead.
+    source, target = tmp_path / "in.txt", tmp_path / ("é" * 124 + ".txt")  # 252 bytes
+    source.write_text("apple river\n", encoding="utf-8")
+    assert nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 0
+    assert target.read_text(encoding="utf-8").count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", target.name])
+
+
 @pytest.mark.parametrize("shell", ["appended", "piped"])
 def test_dev_stdout_writes_through_the_shells_redirection(
     trained: TrainedRun, tmp_path: Path, shell: str
