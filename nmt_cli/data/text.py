@@ -136,3 +136,10 @@ def is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def without_nul(text: str) -> str:
+    """NUL as a space, as every front end reads it (`nmt translate` at the byte level, `nmt serve`
+    and the Python API here): the same translation whatever the front end (sentencepiece would
+    take a NUL as a character of the word around it)."""
+    return text.replace("\x00", " ")

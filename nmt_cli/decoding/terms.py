@@ -20,7 +20,7 @@ import torch
 from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.data.text import is_unicode
+from nmt_cli.data.text import is_unicode, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.errors import InputError
 from nmt_cli.special_ids import EOS_ID, UNK_ID
@@ -154,7 +154,7 @@ def _checked(
 
 
 def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
-    phrase = phrase.replace("\x00", " ")  # as in the lines (`texts.without_nul`)
+    phrase = without_nul(phrase)  # as in the lines
     if not phrase.strip():
         raise ConstraintError(index, line, "an empty constraint: leave it out", source)
     if not is_unicode(phrase):

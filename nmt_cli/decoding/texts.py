@@ -44,12 +44,6 @@ def text_lines(
     return items
 
 
-def without_nul(line: str) -> str:
-    """NUL as a space, as `nmt translate` and `nmt serve` read it: the same text whatever the front
-    end (sentencepiece would take a NUL as a character of the word around it)."""
-    return line.replace("\x00", " ")
-
-
 def translate_by_sentence(
     translate: Callable[[list[str], DecodeSettings], list[Result]],
     texts: Sequence[str],

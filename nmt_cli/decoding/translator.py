@@ -37,7 +37,7 @@ from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
-from nmt_cli.data.text import one_line
+from nmt_cli.data.text import one_line, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding import arguments
 from nmt_cli.decoding.alignment import Alignment, aligned_words
@@ -59,7 +59,7 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
     resolve,
 )
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
-from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence, without_nul
+from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork, open_descriptors
 from nmt_cli.errors import InputError, SettingError, literal
 from nmt_cli.ranges import check_setting

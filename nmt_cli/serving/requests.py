@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli.data.glossary import Glossary
+from nmt_cli.data.text import without_nul
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling, with_terms
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.serving.limits import ServeLimits
@@ -104,7 +105,7 @@ def parse_lines(data: Mapping[str, Any], limits: ServeLimits) -> list[str]:
     for name in ("source", "target", "api_key"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise BadRequest(422, f"{name}: must be a string")
-    return [line.replace("\x00", " ") for line in text]  # NUL becomes a space, as in `nmt translate`
+    return [without_nul(line) for line in text]  # before HTML is parsed and sentences are cut
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from nmt_cli.data.text import without_nul
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.markup import MarkupError, Parsed
 from nmt_cli.decoding.settings import DecodeSettings
@@ -140,7 +141,7 @@ async def translate_libretranslate(
     translation of each text, one string for a string q."""
     limits = service.limits
     asked = libretranslate.parse(fields, limits.max_lines, limits.max_input_chars)
-    lines = [text.replace("\x00", " ") for text in asked.texts]
+    lines = [without_nul(text) for text in asked.texts]
     parsed = parse_fragments(lines) if asked.html else None
     pair, detected = await choose_pair(service, asked.source, asked.target, parsed.texts if parsed else lines)
     nbest = asked.alternatives + 1 if asked.alternatives else None
