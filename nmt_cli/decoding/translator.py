@@ -66,7 +66,7 @@ from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
 
-@dataclass
+@dataclass(eq=False)  # one object per loaded model: equal to itself, hashable
 class Translator:
     """Loaded models with their sentencepiece processors and default decode settings.
 

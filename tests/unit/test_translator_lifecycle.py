@@ -106,3 +106,15 @@ def test_a_refused_start_keeps_the_workers_already_running(translator: Translato
 def test_a_translator_is_not_pickled_or_copied(translator: Translator, copied: object) -> None:
     with pytest.raises(TypeError, match=r"^a Translator cannot be pickled or copied; call Translator\.load"):
         copied(translator)  # type: ignore[operator]
+
+
+def test_a_translator_is_equal_to_itself_only_and_can_key_a_cache(
+    translator: Translator, trained: TrainedRun
+) -> None:
+    # Field-wise equality would compare counters that change as lines are translated.
+    with one_thread():
+        other = Translator.load(trained.checkpoint, device="cpu")
+    cache = {translator: "first", other: "second"}
+    assert translator != other and cache[translator] == "first" and cache[other] == "second"
+    translator.translate(["A dog runs."])
+    assert cache[translator] == "first" and translator in weakref.WeakSet([translator])
