@@ -6,7 +6,10 @@ This is the only place that prints errors.
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
+import os
 import signal
 import sys
 import threading
@@ -28,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point. Everything that escapes a command, a usage error included, becomes
     one line and an exit code here; SIGTERM too (`nmt train` and `nmt serve` stop on it their own
     way while they run)."""
+    _standard_streams()
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     gc.disable()  # until the command's modules are imported (`session.imported`)
     try:
@@ -65,6 +69,33 @@ def _run(argv: list[str] | None) -> None:
 
 
 INTERRUPTED = "interrupted; files are written whole or not at all, so no output was left half-written"
+
+
+class _ClosedOutput(io.TextIOBase):
+    """Standard output that was closed when the process started: writing fails as the closed
+    descriptor would, in one line."""
+
+    def write(self, _text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed (>&-); leave it open, or give --output FILE")
+
+
+def _standard_streams() -> None:
+    """A process started with a standard descriptor closed (`2>&-`, `<&-`, `>&-`, as some daemons
+    and cron jobs run) gets None for its stream: messages would then go to stdout (print's default),
+    into the translations, and the next file opened would take the free descriptor, so that a
+    library's writes to it would land in that file. Each closed descriptor is held by /dev/null:
+    closed stderr discards messages, closed stdin reads as empty input, and writing to closed
+    stdout fails in one line."""
+    held = os.open(os.devnull, os.O_RDWR)
+    while held <= 2:  # each open takes the lowest free descriptor: the closed ones first
+        held = os.open(os.devnull, os.O_RDWR)
+    os.close(held)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's)
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
 
 
 def _terminate(_signum: int, _frame: object) -> None:
