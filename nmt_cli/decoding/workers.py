@@ -184,6 +184,9 @@ def _start_worker(parent: int, close_fds: tuple[int, ...]) -> None:
             os.close(fd)
     # Ctrl-C reaches the whole process group: the parent stops the pool and reports it once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (the pool ending a worker) ends it quietly: not the parent's handler, whose
+    # exception would escape the worker's loop with a "Process ForkProcess-N:" report.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)
 
 

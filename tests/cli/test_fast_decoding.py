@@ -164,6 +164,34 @@ def test_a_worker_that_dies_idle_costs_no_call() -> None:
         pool.close()
 
 
+class _Stop(BaseException):
+    pass
+
+
+def _stop_on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Stop  # as `cli.main` turns SIGTERM into `Terminated`
+
+
+def test_a_worker_ended_by_sigterm_ends_quietly_whatever_the_parents_handler(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The pool terminates its other workers when one dies: under `nmt translate`, whose SIGTERM
+    # handler raises, an idle worker printed "Process ForkProcess-N:" (and a traceback).
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        pool = WorkerPool(upper_and_count_parts, 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    try:
+        worker = next(iter(pool._executor._processes.values()))
+        worker.terminate()
+        worker.join(10)
+        assert worker.exitcode == -signal.SIGTERM
+        assert "Process" not in capfd.readouterr().err
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize(
     ("hardware_bf16", "amx", "machine", "expected"),
     [
