@@ -145,6 +145,13 @@ def _check_options(job: TranslateJob) -> None:
         raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
     if text_format not in FORMATS:
         raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
+    if text_format == "html":  # before the model is loaded and stdin waited for
+        try:
+            import lxml  # noqa: F401
+        except ImportError:
+            raise InputError(
+                '--format html: needs lxml, an optional extra: pip install "nmt-cli[html]"'
+            ) from None
     if text_format == "html" and (nbest > 1 or alignments or job.constraints):
         raise InputError(
             "--format html: one translation a line, with its markup; leave out --nbest, --alignments "

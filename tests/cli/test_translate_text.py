@@ -4,10 +4,11 @@ several sentences translated sentence by sentence; and the combinations that can
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, sentences
+from conftest import TrainedRun, nmt, refused, sentences
 
 
 def test_alignments_follow_each_translation_after_a_tab(
@@ -69,3 +70,19 @@ def test_split_sentences_joins_other_whitespace_as_one_space(
         texts.append(fields[2] if nbest else fields[0])
     assert all(text.isprintable() for text in texts), texts  # no CR, FF, NEL or line separator
     assert "  " in texts[-1]  # plain spaces between sentences are kept as they were
+
+
+def test_html_without_lxml_is_refused_before_the_model_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nmt_cli.commands import translate as command
+
+    def loaded(*_args: object) -> None:
+        raise AssertionError("the model was loaded (and stdin would be waited for) before the refusal")
+
+    monkeypatch.setitem(sys.modules, "lxml", None)  # not installed
+    monkeypatch.setattr(command, "load_translator", loaded)
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"")
+    error = refused(capsys, "translate", "-m", model, "--format", "html", "--device", "cpu")
+    assert "lxml" in error and "nmt-cli[html]" in error
