@@ -159,7 +159,8 @@ def _make(build: Callable[[], BLEU]) -> BLEU:
     try:
         return build()
     except (ImportError, RuntimeError, OSError) as err:
-        raise InputError(f"--tokenize: sacreBLEU cannot load this tokenizer ({err})") from None
+        why = " ".join(str(err).split())  # sacreBLEU's own message spans lines ("pip install sacrebleu[ja]")
+        raise InputError(f"--tokenize: sacreBLEU cannot load this tokenizer ({why})") from None
 
 
 def _lines(n: int) -> str:

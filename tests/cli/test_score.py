@@ -103,6 +103,23 @@ def test_bad_input(capsys, tmp_path: Path, args: list[str], message: str) -> Non
     assert message in err
 
 
+class _TokenizerWithoutItsPackage(score.BLEU):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        # sacreBLEU's words when MeCab is missing (--tokenize ja-mecab), line breaks included
+        raise RuntimeError(
+            "\nJapanese tokenization requires extra dependencies, but you do not have them installed."
+            "\nPlease install them like so.\n\n    pip install sacrebleu[ja]\n"
+        )
+
+
+def test_a_tokenizer_that_cannot_load_is_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(score, "BLEU", _TokenizerWithoutItsPackage)
+    ref = write(tmp_path / "ref.de", REF)
+    code, out, err = nmt(capsys, "score", "--ref", ref, "--hyp", ref, "--tokenize", "ja-mecab")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("nmt: error: --tokenize: ") and "pip install sacrebleu[ja]" in err
+
+
 def test_compound_split_is_labelled_and_splits_like_t2t(capsys, tmp_path: Path) -> None:
     split = score._compound_splitter("moses-de")
     assert split("Ein rich-text-Format, 3-4 Tage.") == (
