@@ -60,6 +60,9 @@ def run(
     pairs = _read(train, src, tgt, encoders, max_pairs, reporter)
     if not pairs:
         raise InputError(f"--train {train}: no sentence pair with text on both sides")
+    # Read before the work too: a --valid with unequal sides or bad UTF-8 is refused, not
+    # reported (exit 2) after the checkpoint is written.
+    held_out = _read(valid, src, tgt, encoders, max_pairs, reporter) if valid is not None else None
     shortlist = learn(
         pairs,
         cfg.src_vocab_size,
@@ -81,8 +84,8 @@ def run(
         f"shortlist of {candidates} candidates a source piece and {frequent} frequent pieces, learned from "
         f"{len(pairs):,} pairs of {train}, stored in {output}"
     )
-    if valid is not None:
-        share, size = coverage(shortlist, _read(valid, src, tgt, encoders, max_pairs, reporter))
+    if held_out is not None:
+        share, size = coverage(shortlist, held_out)
         reporter.info(
             f"coverage on {valid}: {share:.2%} of the reference pieces are in their sentence's "
             f"shortlist, of {size:.0f} pieces a sentence on average"

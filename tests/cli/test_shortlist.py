@@ -189,6 +189,17 @@ def test_a_corpus_of_the_opposite_direction_or_a_missing_valid_set_is_refused_be
     assert not out.exists()
 
 
+def test_a_valid_set_of_uneven_sides_is_refused_before_the_checkpoint_is_written(
+    trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "uneven.src").write_text("apple river\nstone\n", encoding="utf-8")
+    (tmp_path / "uneven.tgt").write_text("apple river\n", encoding="utf-8")
+    out = tmp_path / "out.pt"
+    args = ["shortlist", "-m", trained.checkpoint, "-o", out, "--train", corpus.raw / "train"]
+    assert "2 lines" in refused(capsys, *args, "--src", "src", "--tgt", "tgt", "--valid", tmp_path / "uneven")
+    assert not out.exists()  # exit 2 means nothing was done
+
+
 def test_a_thin_shortlist_warns_and_candidates_are_capped_at_the_vocabulary(
     trained: TrainedRun, corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
