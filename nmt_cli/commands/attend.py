@@ -33,6 +33,8 @@ from nmt_cli.training.precision import autocast
 from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from matplotlib.figure import Figure
 
 CELL = 0.28  # inches per piece: tick labels stay readable at 100 dpi
@@ -77,6 +79,16 @@ def attention_figure(weights: np.ndarray, src_pieces: list[str], tgt_pieces: lis
     return figure
 
 
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse before any work an --out-dir that is a file or would have to be made under one."""
+    for path in (out_dir, *out_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                what = "is a file" if path == out_dir else f"{path} is a file"
+                raise InputError(f"--out-dir {out_dir}: {what}, expected a directory")
+            return
+
+
 def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quiet: bool = False) -> None:
     """Translate `job.input_path` (stdin) to stdout, then draw each translation's attention into
     `job.out_dir`."""
@@ -88,8 +100,7 @@ def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quie
     resolve(DecodeConfig(), decode, None, batch_tokens)  # the rules that need no checkpoint
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"--out-dir {out_dir}: is a file, expected a directory")
+    _check_out_dir(out_dir)
     # Pictures in this format from an earlier run would be mixed with this run's, or be in the way.
     earlier = (
         sorted(p.name for p in out_dir.glob(f"attention_*.{job.picture_format}")) if out_dir.is_dir() else []

@@ -270,6 +270,22 @@ def test_attend_refuses_a_layer_or_head_the_model_does_not_have(
     assert capsys.readouterr().err == f"nmt: error: {expected}\n"
 
 
+def test_attend_refuses_an_out_dir_under_a_file_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    source = tmp_path / "in.txt"
+    source.write_text("apple river\n", encoding="utf-8")
+    capsys.readouterr()
+    # The model is not even read: the directory could never be made, so nothing is translated.
+    code = nmt("-q", "attend", "-m", tmp_path / "model.pt", "-i", source, "--out-dir", source / "maps")
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert (
+        captured.err == f"nmt: error: --out-dir {source / 'maps'}: {source} is a file, expected a directory\n"
+    )
+
+
 def test_damaged_lines_are_left_out_and_the_figure_is_drawn(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     write_metrics(run_dir, last=400, cut_short=False)
