@@ -52,7 +52,20 @@ Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
 # The language pair, where the model does not name it (shortlist: also the corpus files' suffixes).
 Src = Annotated[str | None, typer.Option(help="Source language (default: the model's own).")]
 Tgt = Annotated[str | None, typer.Option(help="Target language (default: the model's own).")]
-Input = Annotated[Path | None, typer.Option("--input", "-i", help="Input text (default: stdin).")]
+
+
+def standard_stream(path: str) -> Path | None:
+    """`-` names stdin or stdout, as for fairseq-interactive, sacreBLEU and most Unix tools
+    (a file named - is ./-)."""
+    return None if path == "-" else Path(path)
+
+
+Input = Annotated[
+    Path | None,
+    typer.Option(
+        "--input", "-i", help="Input text (default: stdin, as -).", parser=standard_stream, metavar="<path>"
+    ),
+]
 Models = Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")]
 DecodePrecision = Annotated[
     str | None, typer.Option(help="fp32, bf16, int8 (CPU) or fp16 (GPU). Default: the device's fastest.")

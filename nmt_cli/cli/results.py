@@ -27,7 +27,10 @@ PLOT_EPILOG = (
 
 def score(
     ref: Annotated[list[Path], typer.Option(help="Reference file; repeat for several references.")],
-    hyp: Annotated[Path | None, typer.Option(help="Hypotheses (default: stdin).")] = None,
+    hyp: Annotated[
+        Path | None,
+        typer.Option(help="Hypotheses (default: stdin, as -).", parser=opt.standard_stream, metavar="<path>"),
+    ] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu",
     tokenize: Annotated[
         str | None,

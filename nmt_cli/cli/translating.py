@@ -28,7 +28,14 @@ def translate(
     models: opt.Models,
     input_path: opt.Input = None,
     output_path: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Output (default: stdout).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Output (default: stdout, as -).",
+            parser=opt.standard_stream,
+            metavar="<path>",
+        ),
     ] = None,
     beam: opt.Beam = None,
     lenpen: opt.Lenpen = None,

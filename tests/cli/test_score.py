@@ -61,10 +61,11 @@ def test_several_references(capsys, tmp_path: Path) -> None:
     assert "nrefs:2" in json.loads(out)["bleu"]["signature"]
 
 
-def test_stdin_hypotheses(tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", [[], ["--hyp", "-"]], ids=["default", "dash"])
+def test_stdin_hypotheses(tmp_path: Path, named: list[str]) -> None:
     ref = write(tmp_path / "ref.de", REF)
     result = subprocess.run(
-        [sys.executable, "-m", "nmt_cli", "score", "--ref", str(ref), "--json"],
+        [sys.executable, "-m", "nmt_cli", "score", "--ref", str(ref), "--json", *named],
         input="\n".join(REF) + "\n",
         capture_output=True,
         text=True,

@@ -110,6 +110,25 @@ def test_stdin_to_stdout_keeps_every_line_in_order(
     check_copy(lines, out[:-1].split("\n"))
 
 
+def test_a_dash_is_stdin_or_stdout_and_a_file_named_dash_is_dot_slash_dash(
+    trained: TrainedRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As fairseq-interactive, sacreBLEU and most Unix tools read "-".
+    code, out, _ = translate_stdin(
+        ["-m", trained.checkpoint, "-i", "-", "-o", "-"], "apple river\n", capsys, monkeypatch
+    )
+    assert code == 0 and out == "apple river\n"
+    monkeypatch.chdir(tmp_path)
+    Path("-").write_text("stone\n", encoding="utf-8")
+    code, out, _ = translate_stdin(
+        ["-m", trained.checkpoint, "-i", "./-"], "apple river\n", capsys, monkeypatch
+    )
+    assert code == 0 and out == "stone\n"
+
+
 def test_a_last_line_without_newline_and_crlf_are_translated(
     trained: TrainedRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
