@@ -39,8 +39,9 @@ class SettingError(InputError, ValueError):
         super().__init__(f"{name}={_SHORT.repr(value)}: {self._problem(str)}")
 
     def as_option(self) -> str:
-        """As the command line words it: settings are --flags."""
-        return f"{_flag(self.name)} {self.value}: {self._problem(_flag)}"
+        """As the command line words it: settings are --flags (an on/off flag given alone)."""
+        given = "" if self.value is True else f" {self.value}"
+        return f"{_flag(self.name)}{given}: {self._problem(_flag)}"
 
     def as_field(self) -> str:
         """As an HTTP error names it: the JSON field, then the problem."""
