@@ -67,6 +67,7 @@ class WorkerPool:
         self.restarts = 0
         self._close_fds = open_descriptors(close_fds)
         self._lock = threading.Lock()
+        self._closed = False
         self._executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -127,6 +128,8 @@ class WorkerPool:
 
     def _restart(self) -> None:
         _stop(self._executor)
+        if self._closed:  # a call in flight when the pool closed: no new workers to outlive it
+            return
         self._executor = self._start()
         self.restarts += 1
 
@@ -134,7 +137,7 @@ class WorkerPool:
         """Replace the pool now if a worker has died (a pool with a dead worker is broken: it
         would fail the next call), rather than at the next call; whether it was replaced."""
         with self._lock:
-            if self.alive() == self.workers:
+            if self._closed or self.alive() == self.workers:
                 return False
             self._restart()
             return True
@@ -146,6 +149,7 @@ class WorkerPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             _stop(self._executor)
 
 

@@ -148,6 +148,27 @@ def test_a_worker_killed_during_a_call_fails_that_call_and_the_next_gets_fresh_w
         pool.close()
 
 
+def test_a_pool_closed_during_a_call_fails_it_and_starts_no_new_workers(tmp_path: Path) -> None:
+    # nmt serve's second Ctrl-C closes the pool under a request: fresh workers forked then would
+    # keep the exiting process waiting for them.
+    pool = WorkerPool(upper_or_wait, 2)
+    busy, failure = tmp_path / "busy", []
+
+    def call() -> None:
+        try:
+            pool.map(["a", "b"], busy)
+        except BaseException as err:
+            failure.append(err)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_until(lambda: busy.exists() and busy.read_text(), "a worker is in the call", timeout=30)
+    pool.close()
+    caller.join(30)
+    assert not caller.is_alive() and len(failure) == 1 and isinstance(failure[0], WorkerDied)
+    assert multiprocessing.active_children() == [] and pool.restarts == 0 and not pool.heal()
+
+
 def test_a_worker_that_dies_idle_costs_no_call() -> None:
     pool = WorkerPool(upper_and_count_parts, 2)
     try:
