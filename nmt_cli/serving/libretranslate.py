@@ -7,7 +7,7 @@ wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on
                      translations of each text): as a JSON object, as a form (urlencoded or
                      multipart), or in the query string, as LibreTranslate takes them
                      -> {"translatedText": "..."} (a list for a list), with "alternatives" when
-                     asked and "detectedLanguage" when the source was "auto"
+                     asked and "detectedLanguage" when the source was "auto" (a list for a list)
     POST /detect     q, api_key -> [{"confidence": 97.5, "language": "en"}, ...], likeliest first
     GET  /languages  [{"code": "en", "name": "English", "targets": ["de"]}, ...]
     GET  /frontend/settings  what LibreTranslate's web front end and clients read of a server
@@ -178,8 +178,8 @@ def answer(
     if request.alternatives:
         others = [_alternatives(hyps, request.alternatives) for hyps in hypotheses]
         body["alternatives"] = others[0] if request.single else others
-    if detected is not None:
-        body["detectedLanguage"] = detected
+    if detected is not None:  # one for each text of a list, as LibreTranslate answers (Mastodon reads it so)
+        body["detectedLanguage"] = detected if request.single else [detected] * len(best)
     return body
 
 

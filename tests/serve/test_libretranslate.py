@@ -84,7 +84,11 @@ def test_a_list_q_and_an_auto_source(server: Server, offline: dict[str, Translat
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["translatedText"] == expected(offline, "de-en", LINES)
-    assert body["detectedLanguage"]["language"] == "de"
+    # One detected language a text, as LibreTranslate answers a list and Mastodon reads it
+    # (data.dig('detectedLanguage', index, 'language')); one object for one string.
+    assert [found["language"] for found in body["detectedLanguage"]] == ["de"] * len(LINES)
+    single = server.post({"q": LINES[0], "source": "auto", "target": "en"}).json()
+    assert single["detectedLanguage"]["language"] == "de"
 
 
 def test_q_repeated_in_the_query_string_is_a_list_as_in_a_form(
