@@ -159,7 +159,11 @@ def _events(fragment: str) -> list[Event]:
             unit.texts.append((element.text, tuple(inline)))
         for child in element:
             tag = child.tag if isinstance(child.tag, str) else ""
-            if tag in BLOCKS or tag == "br" or (not _is_atom(child) and _holds_block(child)):
+            if tag in BLOCKS and _is_atom(child):  # a block kept whole (translate="no"...): alone
+                boundary()
+                unit.atoms.append((0, child))
+                boundary()
+            elif tag in BLOCKS or tag == "br" or (not _is_atom(child) and _holds_block(child)):
                 # An inline element around a block (lxml keeps <em><p>..</p></em>) is a block too.
                 events.append(("open", child))
                 if tag != "br":

@@ -41,6 +41,14 @@ def test_mastodons_request_gets_its_html_back_translated_with_every_element_kept
     assert response.json() == {"translatedText": status}  # the copy model: the words come back as they were
 
 
+def test_a_block_marked_not_to_translate_is_kept_as_it_was(server: Server) -> None:
+    kept = '<p translate="no">apple river stone</p><div class="notranslate">green <b>music</b></div>'
+    body = {"q": f"{kept}<p>paper tiger</p>", "source": "de", "target": "en", "format": "html"}
+    response = server.post(body)  # de-en reverses the words of what it translates
+    assert response.status_code == 200, response.text
+    assert response.json()["translatedText"] == f"{kept}<p>tiger paper</p>"
+
+
 def test_an_inline_tag_follows_its_word_through_a_model_that_reorders(
     server: Server, offline: dict[str, Translator]
 ) -> None:
