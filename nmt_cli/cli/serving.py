@@ -55,6 +55,7 @@ def serve(
     """
     from nmt_cli.commands import serve as command
     from nmt_cli.serving.limits import ServeLimits
+    from nmt_cli.serving.server import StoppedAtOnce
     from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
     imported()
@@ -62,14 +63,18 @@ def serve(
     limits = opt.given(ServeLimits, locals())  # the --max-* options and --request-timeout
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     decode = DecodeOverrides(shortlist=shortlist)
-    command.run(
-        models=model,
-        host=host,
-        port=port,
-        runtime=runtime,
-        limits=limits,
-        quiet=Globals.quiet or quiet,
-        decode=decode,
-        api_keys=api_keys,
-        allow_anonymous=allow_anonymous,
-    )
+    try:
+        command.run(
+            models=model,
+            host=host,
+            port=port,
+            runtime=runtime,
+            limits=limits,
+            quiet=Globals.quiet or quiet,
+            decode=decode,
+            api_keys=api_keys,
+            allow_anonymous=allow_anonymous,
+        )
+    except StoppedAtOnce:
+        Globals.exit_at_once = True  # its decoding threads may still run: no teardown (`__main__`)
+        raise

@@ -10,6 +10,7 @@ class Globals:
     debug = False
     quiet = False
     fast_exit = False  # set by commands whose process has nothing left to do once they return
+    exit_at_once = False  # set by a command stopped at once: its exit code, without the teardown
 
 
 def imported() -> None:

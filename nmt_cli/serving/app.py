@@ -103,7 +103,13 @@ async def _lifespan(app: "FastAPI") -> AsyncIterator[None]:
     service: Service = app.state.service
     service.start()
     watch = asyncio.create_task(service.keep_workers())
-    yield
+    try:
+        yield
+    except asyncio.CancelledError:
+        # A second Ctrl-C: uvicorn ends without the lifespan's shutdown and cancels it here, which
+        # Starlette would log as a failed shutdown, traceback and all. Nothing is decoded any more.
+        watch.cancel()
+        return
     watch.cancel()
     await service.finish()
 

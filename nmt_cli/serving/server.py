@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from uvicorn import Server
 
 log = logging.getLogger("nmt_cli.serving")
+
+
+class StoppedAtOnce(NmtError):
+    """A second Ctrl-C: the server stopped without finishing its requests (exit 130). Its decoding
+    threads may still be in torch, so the process must end without the interpreter's teardown,
+    which would abort ("terminate called without an active exception") or wait for them."""
+
+    exit_code = 130
+
+
 BACKLOG = 2048  # uvicorn's own default
 HIDDEN_QUERY = "?(query hidden: it carries api_key)"
 
@@ -91,7 +101,7 @@ def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: 
     server = _graceful_server(config)
     server.run(sockets=[sock])
     if server.force_exit:
-        raise NmtError("stopped at once by a second Ctrl-C; requests in flight were dropped", exit_code=130)
+        raise StoppedAtOnce("stopped at once by a second Ctrl-C; requests in flight were dropped")
 
 
 def guarded_protocol(limits: ServeLimits) -> type[asyncio.Protocol]:
