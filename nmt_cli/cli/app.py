@@ -181,7 +181,7 @@ def train(
 
 @app.command(
     epilog="Examples: nmt average --run runs/m30k --last 5 -o avg.pt\n\n"
-    "nmt average runs/m30k/checkpoints/checkpoint_*.pt -o avg.pt"
+    "nmt average runs/m30k/checkpoints/checkpoint_[0-9]*.pt -o avg.pt   (the numbered ones)"
 )
 def average(
     checkpoints: Annotated[list[Path] | None, typer.Argument(help="Checkpoints to average.")] = None,

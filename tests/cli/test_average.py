@@ -4,6 +4,7 @@ output that translate loads, without optimizer state, naming its sources."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import time
@@ -192,3 +193,17 @@ def test_a_checkpoint_given_twice_is_refused(
         assert nmt("average", *twice, "-o", tmp_path / "avg.pt") == 2
         assert "given twice" in capsys.readouterr().err
     assert not (tmp_path / "avg.pt").exists()
+
+
+def test_the_glob_example_of_the_help_averages_the_numbered_checkpoints(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `checkpoint_*.pt` would also match checkpoint_last.pt (the newest numbered one under another
+    # name: refused as given twice) and checkpoint_best.pt (one of them again, weighed twice).
+    capsys.readouterr()
+    assert nmt("average", "--help") == 0
+    example = next(line for line in capsys.readouterr().out.splitlines() if "checkpoints/checkpoint_" in line)
+    pattern = example.split()[2].replace("runs/m30k", str(trained.run_dir))
+    matched = [Path(p) for p in sorted(glob.glob(pattern))]
+    assert average(*matched, "-o", tmp_path / "avg.pt") == 0
+    assert sorted(matched) == sorted(path for _, path in checkpoint.numbered(trained.run_dir / "checkpoints"))
