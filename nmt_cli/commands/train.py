@@ -22,7 +22,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import ModelConfig, RunConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
-from nmt_cli.errors import InputError, NmtError
+from nmt_cli.errors import InputError, NmtError, Terminated
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
@@ -73,6 +73,8 @@ def run(
                 data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model, start
             )
             reason = train(session, resume)
+    except (KeyboardInterrupt, Terminated) as stopped:  # a second Ctrl-C, or a signal before the loop
+        raise _stopped_at_once(stopped, out) from None
     finally:
         distributed.cleanup(world)
     signalled = re.match(r"stopped by (SIG[A-Z]+)", reason)
@@ -82,6 +84,18 @@ def run(
             exit_code=128 + signal.Signals[signalled.group(1)].value,
         )
     reporter.info(f"training stopped: {reason}; checkpoints in {out / 'checkpoints'}")
+
+
+def _stopped_at_once(stopped: BaseException, out: Path) -> NmtError:
+    """What a signal that stopped training without a last save leaves: the run's earlier
+    checkpoints, which the same command resumes from (or, before the first, nothing to resume)."""
+    sig = signal.SIGINT if isinstance(stopped, KeyboardInterrupt) else signal.SIGTERM
+    if (out / LAST).is_file():
+        where = out / "checkpoints"
+        told = f"at once; the run's last checkpoint is kept in {where}: run the same command to resume"
+    else:
+        told = "before the run's first checkpoint, so nothing was saved; run the same command to start it"
+    return NmtError(f"training stopped by {sig.name} {told}", exit_code=128 + sig.value)
 
 
 def open_session(

@@ -257,3 +257,38 @@ def test_two_trainings_never_share_a_run_directory(corpus: Corpus, tmp_path: Pat
     )
     assert nmt(*resumed) == 0  # a killed run resumes: no lock left behind
     assert checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt").update == done + 20
+
+
+def test_a_second_ctrl_c_during_a_save_names_the_checkpoint_to_resume_from(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    # The first Ctrl-C asks for a save; a second one, while that save is being written, stops at
+    # once: the line must still say that the earlier checkpoints are kept and how to resume.
+    run_dir = tmp_path / "run"
+    ckpts = run_dir / "checkpoints"
+    args = train_args(corpus.data, run_dir, *SETTINGS, quiet=False)
+    env = {**subprocess_env(), "NMT_TEST_FSYNC_DELAY": "0.3"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        wait_until(lambda: (ckpts / "checkpoint_last.pt").exists(), "a first checkpoint", process=process)
+        seen = inodes(ckpts)
+        moment = "while writing a checkpoint"
+        wait_until(lambda: in_the_middle_of_a_save(ckpts, process.pid, moment, seen), moment, process=process)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)  # two signals at once would be taken as one
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=60)[1].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith("nmt: error: training stopped by SIGINT at once;"), err
+    assert f"kept in {ckpts}: run the same command to resume" in line
+    assert check_every_checkpoint_loads(ckpts) >= SAVE_EVERY
