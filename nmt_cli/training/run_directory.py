@@ -53,9 +53,12 @@ def nothing_else_in(out: Path) -> None:
         )
     kept = _checkpoint_files(out / "checkpoints")
     if kept:  # checkpoint_best.pt, say, where keep_last = 0 pruned every numbered one
+        # or where a full disk failed the first save: the best alone holds no training state.
         raise InputError(
-            f"--out {out}: holds {kept[0]} of a run but {LAST} is missing; copy a checkpoint of the run "
-            "there to resume from it, or choose a new --out"
+            f"--out {out}: holds {kept[0]} of a run but {LAST} is missing, and no numbered checkpoint "
+            "(checkpoint_best.pt and averages cannot be resumed); copy a numbered checkpoint of the run "
+            f"to {LAST}, move {' and '.join(kept)} out of {out / 'checkpoints'} to start afresh, or "
+            "choose a new --out"
         )
     # A run makes checkpoints/ before anything else: without it, config.toml is somebody else's.
     ours = RUN_FILES if (out / "checkpoints").is_dir() else {".lock"}
