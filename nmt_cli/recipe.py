@@ -127,7 +127,7 @@ def load_recipe(path: Path | None, overrides: typing.Sequence[str] = ()) -> RunC
                 "recipes/multi30k/small.toml"
             )
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad may save
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise InputError(f"recipe {path}: not valid TOML ({err})") from None
     return with_overrides(data, overrides, str(path) if path is not None else "defaults")

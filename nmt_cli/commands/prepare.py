@@ -170,6 +170,10 @@ def _check_options(cfg: PrepareConfig) -> None:
 
 
 def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:
+    for path in (src_path, tgt_path):
+        # A pipe could be read once only, and prepare reads every file twice (count, encode).
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise InputError(f"{path}: not a regular file (a pipe or a device); give a text file")
     n_src, n_tgt = text.count_lines(src_path), text.count_lines(tgt_path)
     if n_src != n_tgt:
         raise InputError(
