@@ -82,7 +82,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     base_seconds, last_save = progress.train_seconds, time.monotonic()
     reason, lr = "", 0.0
     model.train()
-    with StopSignal() as stop:
+    with StopSignal(s.reporter.info if world.is_main else None) as stop:
         try:
             while not reason:
                 batches = _epoch_batches(s, src_len, tgt_len, progress.epoch, multiple)

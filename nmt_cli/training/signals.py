@@ -4,14 +4,16 @@ current update, save and exit; a second Ctrl-C stops at once."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from typing import Any
 
 
 class StopSignal:
     """SIGINT/SIGTERM ask the loop to finish the current update, save and exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell: Callable[[str], None] | None = None) -> None:
         self.received: str | None = None
+        self._tell = tell  # says at once that the signal was heard: a save can take a while
         self._previous: dict[int, Any] = {}  # whatever signal.signal returned
 
     def __enter__(self) -> StopSignal:
@@ -22,6 +24,9 @@ class StopSignal:
     def _handle(self, signum: int, _frame: object) -> None:
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        if self.received is None and self._tell is not None:
+            again = " (Ctrl-C again: at once, without it)" if signum == signal.SIGINT else ""
+            self._tell(f"{signal.Signals(signum).name}: stopping after this update with a checkpoint{again}")
         self.received = signal.Signals(signum).name
 
     def __exit__(self, *_exc: object) -> None:

@@ -336,6 +336,9 @@ def test_a_signal_stops_training_cleanly(sig: signal.Signals, corpus: Corpus, tm
     assert process.returncode == 128 + sig.value, err  # saved, but stopped: as the signal says
     assert "Traceback" not in err
     assert f"stopped by {sig.name}" in err and "run the same command to resume" in err
+    # Heard at once, before the update ends and the checkpoint is written:
+    assert f"{sig.name}: stopping after this update with a checkpoint" in err
+    assert ("Ctrl-C again" in err) == (sig == signal.SIGINT)
     payload = checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt")
     assert payload.update > 0
     assert payload.train_state is not None and payload.train_state.rng
