@@ -31,8 +31,10 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
         )
     averaged = checkpoint.average(checkpoints)
     checkpoint.save(averaged, output, "--output")
-    updates = ", ".join(str(source["update"]) for source in averaged.averaged_from or [])
-    reporter.info(f"averaged {len(checkpoints)} checkpoints (updates {updates}) into {output}")
+    # An average, best or imported checkpoint has no update of its own (-1): its name says what it is.
+    sources = averaged.averaged_from or []
+    made = [str(s["update"]) if s["update"] >= 0 else Path(s["path"]).name for s in sources]
+    reporter.info(f"averaged {len(checkpoints)} checkpoints ({', '.join(made)}) into {output}")
 
 
 def _each_once(checkpoints: list[Path]) -> None:

@@ -64,6 +64,17 @@ def test_one_checkpoint_averages_to_itself(trained: TrainedRun, tmp_path: Path) 
         assert torch.equal(got[name], want[name]), name
 
 
+def test_the_report_names_each_source_by_update_or_by_name(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first.pt"
+    assert average(trained.checkpoint, "-o", first) == 0  # an average: no update of its own
+    capsys.readouterr()
+    output = tmp_path / "second.pt"
+    assert nmt("average", first, numbered(trained, trained.save_every), "-o", output) == 0
+    assert f"averaged 2 checkpoints (first.pt, {trained.save_every}) into {output}" in capsys.readouterr().err
+
+
 def test_last_n_of_a_run_goes_by_update_number_not_file_time(trained: TrainedRun, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(trained.run_dir, run_dir)
