@@ -46,6 +46,7 @@ class Window:
     def __init__(self) -> None:
         self.loss = self.nll = 0.0
         self.tokens = self.updates = 0
+        self.epoch = 0  # of the window's last update: a record written after its epoch ended is of it
         self.start = time.monotonic()
 
 
@@ -118,6 +119,7 @@ class Bookkeeping:
             self.window.nll += done.nll
             self.window.tokens += done.tokens
             self.window.updates += 1
+            self.window.epoch = done.place[0]
         self.bar.update(-sum(done.skipped for done in queued))
         if longest_bad >= MAX_BAD_UPDATES and not self._scaling_helps():
             raise RunFailure(
@@ -150,7 +152,7 @@ class Bookkeeping:
         record = {
             "type": "train",
             "update": progress.update,
-            "epoch": progress.epoch,
+            "epoch": window.epoch or progress.epoch,
             "loss": window.loss / tokens,
             "nll_loss": window.nll / tokens,
             "ppl": math.exp(min(window.nll / tokens, 100.0)),

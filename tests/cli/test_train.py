@@ -356,6 +356,16 @@ def test_a_run_shorter_than_its_log_interval_still_leaves_a_record(corpus: Corpu
     assert train_records[0]["loss"] > 0 and train_records[0]["tokens_per_s"] > 0
 
 
+def test_the_record_written_as_an_epoch_ends_is_of_that_epoch(corpus: Corpus, tmp_path: Path) -> None:
+    run_dir = tmp_path / "one_epoch"
+    args = train_args(
+        corpus.data, run_dir, "train.max_updates=0", "train.max_epochs=1", "train.log_every_updates=100000"
+    )
+    assert nmt(*args) == 0
+    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    assert [r["epoch"] for r in records if r["type"] == "train"] == [1]  # the run ends in epoch 2's place
+
+
 def test_the_linear_schedule_peaks_after_warm_up_and_reaches_zero_at_the_last_update(
     corpus: Corpus, tmp_path: Path
 ) -> None:
