@@ -122,23 +122,30 @@ def upper_or_wait(lines: list[str], settings: object) -> tuple[list[str], int]:
     return [line.upper() for line in lines], 1
 
 
+def call_in_progress(pool: WorkerPool, busy: Path) -> tuple[threading.Thread, list[BaseException]]:
+    """A call running in a thread, once a worker has taken it (its pid written to `busy`); the
+    list receives what the call raised."""
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            pool.map(["a", "b"], busy)
+        except BaseException as err:
+            failure.append(err)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_until(lambda: busy.exists() and busy.read_text(), "a worker is in the call", timeout=30)
+    return caller, failure
+
+
 def test_a_worker_killed_during_a_call_fails_that_call_and_the_next_gets_fresh_workers(
     tmp_path: Path,
 ) -> None:
     pool = WorkerPool(upper_or_wait, 2)
     try:
         busy = tmp_path / "busy"
-        failure: list[BaseException] = []
-
-        def call() -> None:
-            try:
-                pool.map(["a", "b"], busy)
-            except BaseException as err:
-                failure.append(err)
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        wait_until(lambda: busy.exists() and busy.read_text(), "a worker is in the call", timeout=30)
+        caller, failure = call_in_progress(pool, busy)
         os.kill(int(busy.read_text()), signal.SIGKILL)  # as the out-of-memory killer would
         caller.join(30)
         assert not caller.is_alive()  # an error, never a hang
@@ -152,17 +159,7 @@ def test_a_pool_closed_during_a_call_fails_it_and_starts_no_new_workers(tmp_path
     # nmt serve's second Ctrl-C closes the pool under a request: fresh workers forked then would
     # keep the exiting process waiting for them.
     pool = WorkerPool(upper_or_wait, 2)
-    busy, failure = tmp_path / "busy", []
-
-    def call() -> None:
-        try:
-            pool.map(["a", "b"], busy)
-        except BaseException as err:
-            failure.append(err)
-
-    caller = threading.Thread(target=call)
-    caller.start()
-    wait_until(lambda: busy.exists() and busy.read_text(), "a worker is in the call", timeout=30)
+    caller, failure = call_in_progress(pool, tmp_path / "busy")
     pool.close()
     caller.join(30)
     assert not caller.is_alive() and len(failure) == 1 and isinstance(failure[0], WorkerDied)

@@ -52,6 +52,14 @@ main(sys.argv[1:])
 """
 
 
+def slow_saving(args: list[str], fsync_delay: float) -> subprocess.Popen:
+    """`nmt ARGS` in a child whose every fsync waits `fsync_delay` s: saves take long enough to be
+    caught in the middle; its stderr is piped."""
+    env = {**subprocess_env(), "NMT_TEST_FSYNC_DELAY": str(fsync_delay)}
+    command = [sys.executable, "-c", CHILD, *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+
 def reached(metrics: Path) -> int:
     """The highest update the run logged (a line cut short by the kill is ignored)."""
     best = 0
@@ -135,15 +143,9 @@ def test_sigkill_at_random_moments_never_loses_more_than_one_interval(corpus: Co
     run_dir = tmp_path / "run"
     ckpts = run_dir / "checkpoints"
     args = train_args(corpus.data, run_dir, *SETTINGS)
-    env = {**subprocess_env(), "NMT_TEST_FSYNC_DELAY": str(FSYNC_DELAY)}
     resumed_from, left_behind = 0, []
     for moment in ROUNDS:
-        process = subprocess.Popen(
-            [sys.executable, "-c", CHILD, *map(str, args)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
+        process = slow_saving(args, FSYNC_DELAY)
         try:
             kill_during(process, run_dir, moment, rng)
         finally:
@@ -267,13 +269,7 @@ def test_a_second_ctrl_c_during_a_save_names_the_checkpoint_to_resume_from(
     run_dir = tmp_path / "run"
     ckpts = run_dir / "checkpoints"
     args = train_args(corpus.data, run_dir, *SETTINGS, quiet=False)
-    env = {**subprocess_env(), "NMT_TEST_FSYNC_DELAY": "0.3"}
-    process = subprocess.Popen(
-        [sys.executable, "-c", CHILD, *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    process = slow_saving(args, 0.3)
     try:
         wait_until(lambda: (ckpts / "checkpoint_last.pt").exists(), "a first checkpoint", process=process)
         seen = inodes(ckpts)
