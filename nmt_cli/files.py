@@ -88,9 +88,13 @@ def output_target(path: Path, name: str) -> tuple[Path, bool]:
         # /dev/stdout leads to the file the shell redirected to: replacing that file would undo
         # the redirection (`>> log` would lose the log), and a pipe has no path to replace.
         try:
-            os.fstat(descriptor)
+            flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
         except (OSError, OverflowError):
             raise InputError(f"{name} {path}: descriptor {descriptor} is not open") from None
+        if flags & os.O_ACCMODE == os.O_RDONLY:  # /dev/stdin of a pipe: nothing could be written
+            raise InputError(
+                f"{name} {path}: descriptor {descriptor} is open for reading only; give a file name"
+            )
         return path, True
     real = Path(os.path.realpath(path))  # follows every link; a missing file's path as it would be
     try:

@@ -607,6 +607,15 @@ def test_dev_stdout_writes_through_the_shells_redirection(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
 
 
+def test_dev_stdin_of_a_pipe_as_the_output_is_refused_before_any_work(tmp_path: Path) -> None:
+    args = nmt_command("-q", "translate", "-m", tmp_path / "model.pt", "-o", "/dev/stdin")
+    done = subprocess.run(args, input="apple river\n", capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "nmt: error: --output /dev/stdin: descriptor 0 is open for reading only; give a file name\n"
+    )
+
+
 def test_a_file_that_is_not_utf8_text_is_translated_with_one_warning(
     trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
