@@ -51,11 +51,8 @@ def run(
         for lang in (src, tgt):  # before the work: nothing is written for a missing corpus
             check_readable(Path(f"{prefix}.{lang}"), f"{option} {prefix}.{lang}")
     not_an_input(output, [model, *corpora], "--output")
-    if candidates > cfg.tgt_vocab_size:
-        reporter.warn(
-            f"--candidates {candidates}: the target vocabulary has {cfg.tgt_vocab_size}; taking that"
-        )
-        candidates = cfg.tgt_vocab_size
+    candidates = _at_most_the_vocabulary(candidates, "--candidates", cfg.tgt_vocab_size, reporter)
+    frequent = _at_most_the_vocabulary(frequent, "--frequent", cfg.tgt_vocab_size, reporter)
     encoders = processors(ckpt.spm, ckpt.tokenizers)
     pairs = _read(train, src, tgt, encoders, max_pairs, reporter)
     if not pairs:
@@ -108,6 +105,13 @@ def _languages(
             f"--src {recorded[0]} --tgt {recorded[1]}"
         )
     return src, tgt
+
+
+def _at_most_the_vocabulary(count: int, option: str, vocab_size: int, reporter: Reporter) -> int:
+    if count <= vocab_size:
+        return count
+    reporter.warn(f"{option} {count}: the target vocabulary has {vocab_size}; taking that")
+    return vocab_size
 
 
 def _read(prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, reporter: Reporter) -> Pairs:

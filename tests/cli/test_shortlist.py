@@ -217,3 +217,9 @@ def test_a_thin_shortlist_warns_and_candidates_are_capped_at_the_vocabulary(
     assert "--candidates 100000: the target vocabulary has" in err
     vocab = checkpoint.load(out).run_config(out).model.tgt_vocab_size
     assert stored(out).candidates.shape[1] <= vocab
+    # --frequent too: the report names what was taken, not what was asked for.
+    args[args.index(out)] = tmp_path / "all_frequent.pt"
+    assert nmt(*args, "--frequent", 999_999_999) == 0
+    err = capsys.readouterr().err
+    assert f"--frequent 999999999: the target vocabulary has {vocab}; taking that" in err
+    assert f"and {vocab} frequent pieces" in err
