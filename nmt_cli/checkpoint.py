@@ -68,7 +68,8 @@ class Checkpoint:
     """For a model `nmt import` read from another toolkit: the toolkit and the source path."""
     tokenizers: dict[str, dict[str, Any]] | None = None
     """How an imported model reads text besides its sentencepiece models, by side ("src"): Marian's
-    language codes (`data.tokenizer.LANGUAGE_CODES`)."""
+    language codes (`data.tokenizer.LANGUAGE_CODES`). Training, averaging and shortlisting carry
+    them on; None in checkpoints of nmt's own models and those written before they were carried."""
     shortlist: dict[str, torch.Tensor] | None = None
     """A vocabulary shortlist learned by `nmt shortlist` (`data.shortlist.Shortlist.to_dict`)."""
 
@@ -300,8 +301,8 @@ def average(paths: list[Path]) -> Checkpoint:
     """A checkpoint whose parameters are the elementwise mean of those in `paths`, accumulated in fp32.
 
     Loads one checkpoint at a time (memory: the sum plus one checkpoint). Refuses checkpoints
-    whose model configuration, sentencepiece models or parameter shapes differ, naming the
-    first difference. The result carries no optimizer state and lists its sources.
+    whose model configuration, sentencepiece models, tokenizers or parameter shapes differ, naming
+    the first difference. The result carries no optimizer state and lists its sources.
     """
     first = load(paths[0])
     total = {name: t.float().clone() for name, t in first.model.items()}
@@ -323,6 +324,7 @@ def average(paths: list[Path]) -> Checkpoint:
         averaged_from=sources,
         languages=direction[1] if direction else None,
         shortlist=first.shortlist,  # the checkpoints share one vocabulary (checked above)
+        tokenizers=first.tokenizers,
     )
 
 
@@ -353,8 +355,19 @@ def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, pa
             )
     if other.spm != first.spm:
         raise InputError(f"{prefix}: they were trained with different sentencepiece models")
+    if (other.tokenizers or None) != (first.tokenizers or None):
+        raise InputError(
+            f"{prefix}: they read text differently ({_tokenizers(first)} vs {_tokenizers(other)}); "
+            "average checkpoints of one run"
+        )
     for name, tensor in first.model.items():
         theirs = other.model.get(name)
         if theirs is None or theirs.shape != tensor.shape:
             shape = tuple(theirs.shape) if theirs is not None else "missing"
             raise InputError(f"{prefix}: parameter {name} has shape {tuple(tensor.shape)} vs {shape}")
+
+
+def _tokenizers(ckpt: Checkpoint) -> str:
+    """How a checkpoint reads text besides its sentencepiece models, for messages."""
+    kinds = [f"{side}: {spec.get('kind')}" for side, spec in (ckpt.tokenizers or {}).items()]
+    return ", ".join(kinds) or "sentencepiece alone"

@@ -61,11 +61,15 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     # Only when given, so that corpora prepared before these options existed are still reused.
     options.update({k: list(v) for k, v in (("train_tags", cfg.train_tags), ("reserve", cfg.reserve)) if v})
     _check_options(cfg)
-    models = vocabulary.existing_models(Path(cfg.spm_from), src, tgt) if cfg.spm_from is not None else None
+    models, tokenizers = (
+        vocabulary.existing_models(Path(cfg.spm_from), src, tgt) if cfg.spm_from is not None else (None, None)
+    )
     if models is not None:  # the vocabulary is given: its checksums replace the options that learn one
         sizes = [spm.load_processor(m).get_piece_size() for m in models]
         options.update(vocab_size=max(sizes), joint=models[0] == models[1], spm_from=str(cfg.spm_from))
         options["spm_sha256"] = [spm.sha256(m) for m in models]
+    if tokenizers:  # the text is read as that model reads it; train copies them into its checkpoints
+        options["tokenizers"] = tokenizers
     corpora = [(Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for p in cfg.train]
     inputs = {
         split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}"))
@@ -207,9 +211,9 @@ def _prepare(
         names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
     for side, model in zip(("src", "tgt"), models, strict=True):
         (staging / names[side]).write_bytes(model)
-    vocabulary.check_tags(
-        spm.load_processor(models[0]), [*tags, *options.get("reserve", [])], options.get("spm_from")
-    )
+    tokenizers = options.get("tokenizers")
+    src_processor = spm.processors({"src": models[0], "tgt": models[1]}, tokenizers)[0]
+    vocabulary.check_tags(src_processor, [*tags, *options.get("reserve", [])], options.get("spm_from"))
     sizes = [spm.load_processor(m).get_piece_size() for m in models]
     dtype = corpus.token_dtype(max(sizes))
     parts = {
@@ -219,7 +223,7 @@ def _prepare(
         **{split: [(paths, sources.lines[split], "")] for split, paths in sources.inputs.items()},
     }
     splits, flagged, corpora = {}, {}, []
-    with spm.ParallelEncoder(models, workers) as encoder:
+    with spm.ParallelEncoder(models, workers, tokenizers) as encoder:
         for split, split_parts in parts.items():
             writers = [corpus.SideWriter(staging, split, lang, dtype) for lang in (src, tgt)]
             flagged[split] = dict.fromkeys(REASONS, 0)

@@ -31,6 +31,7 @@ from nmt_cli.training import distributed, run_directory
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, train
 from nmt_cli.training.run_directory import LAST
+from nmt_cli.training.vocabulary_check import check_vocabulary
 from nmt_cli.user_settings import RuntimeConfig
 
 DATA_FIELDS = ("src_vocab_size", "tgt_vocab_size", "joint_vocab")
@@ -115,9 +116,16 @@ def open_session(
     must be shared by all nodes)."""
     meta = corpus.load_meta(data)
     resume, init = _checkpoints(out, start, reporter)
-    spm_models = spm.read_models(data, meta)
+    spm_models, tokenizers = spm.read_models(data, meta), spm.read_tokenizers(data, meta)
     # Before the config: a vocabulary of another size would otherwise be reported as a model field.
-    _check_vocabulary(data, meta, spm_models, out, resume, init, start)
+    check_vocabulary(
+        data,
+        meta,
+        spm_models,
+        tokenizers,
+        (out / LAST, resume) if resume is not None else None,
+        (start.checkpoint, init) if init is not None and start is not None else None,
+    )
     # One id table on both sides also when the two sentencepiece models differ (an imported
     # Marian model reads and writes through two models with one vocabulary): the embeddings are one.
     joint = meta.joint or spm.same_pieces(*spm_models)
@@ -159,6 +167,7 @@ def open_session(
         valid_data=valid_data,
         run_dir=out,
         spm_models={"src": spm_models[0], "tgt": spm_models[1]},
+        tokenizers=tokenizers,
         languages=(meta.src, meta.tgt),
         device=dev,
         reporter=reporter,
@@ -204,43 +213,6 @@ def _checkpoints(
         reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
     init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
     return resume, init
-
-
-def _check_vocabulary(
-    data: Path,
-    meta: corpus.CorpusMeta,
-    spm_models: tuple[bytes, bytes],
-    out: Path,
-    resume: checkpoint.Checkpoint | None,
-    init: checkpoint.Checkpoint | None,
-    start: Start | None,
-) -> None:
-    """The data must be in the languages and the sentencepiece models of the checkpoint it
-    continues: equal vocabulary sizes are not enough, another model's ids mean other pieces."""
-    languages = (meta.src, meta.tgt)
-    if resume is not None and resume.languages not in (None, languages):
-        raise InputError(
-            f"cannot resume {out / LAST}: the run translates {'-'.join(resume.languages)} and --data "
-            f"{data} is {'-'.join(languages)}; resume with the data the run was trained on, or use a "
-            "new --out"
-        )
-    if resume is not None and (resume.spm["src"], resume.spm["tgt"]) != spm_models:
-        raise InputError(
-            f"cannot resume {out / LAST}: --data {data} was prepared with another sentencepiece model, so "
-            "its ids mean other pieces; resume with the data the run was trained on, or use a new --out"
-        )
-    if init is None or start is None or (init.spm["src"], init.spm["tgt"]) == spm_models:
-        return
-    if init.languages == languages[::-1]:  # separate vocabularies, swapped by --spm-from
-        raise InputError(
-            f"--init-from {start.checkpoint}: it translates {'-'.join(init.languages)} with separate "
-            f"vocabularies, and --data {data} is {'-'.join(languages)}: its encoder cannot read "
-            f"{meta.src}; start from a {'-'.join(languages)} checkpoint"
-        )
-    raise InputError(
-        f"--init-from {start.checkpoint}: --data {data} was prepared with another sentencepiece model, "
-        f"so its ids mean other pieces; prepare it with `nmt prepare --spm-from {start.checkpoint}`"
-    )
 
 
 def _check_lengths(split: str, pairs: corpus.ParallelSplit, max_positions: int, data: Path) -> None:

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 
+Tokenizers = dict[str, dict[str, Any]]
+"""How a model reads text besides its sentencepiece models, by side (`Checkpoint.tokenizers`)."""
+
 NORMALIZATIONS = ("identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 
 
@@ -138,7 +141,7 @@ def same_pieces(a: bytes, b: bytes) -> bool:
     )
 
 
-def processors(spm_models: dict[str, bytes], tokenizers: dict[str, dict[str, Any]] | None) -> tuple[Any, Any]:
+def processors(spm_models: dict[str, bytes], tokenizers: Tokenizers | None) -> tuple[Any, Any]:
     """The (source, target) text <-> ids converters of a checkpoint: its sentencepiece models, or
     the tokenizers an imported model came with."""
     return tuple(_processor(side, spm_models, (tokenizers or {}).get(side)) for side in ("src", "tgt"))
@@ -178,6 +181,18 @@ def read_models(data_dir: Path, meta: CorpusMeta) -> tuple[bytes, bytes]:
     return models[0], models[1]
 
 
+def read_tokenizers(data_dir: Path, meta: CorpusMeta) -> Tokenizers | None:
+    """How a prepared corpus's text was read besides its sentencepiece models: the tokenizers of
+    the model of --spm-from, which prepare records among the options (None in corpora prepared
+    before it did, and in those of nmt's own models)."""
+    found = meta.options.get("tokenizers")
+    if found is not None and not (
+        isinstance(found, dict) and all(isinstance(v, dict) for v in found.values())
+    ):
+        raise InputError(f"{Path(data_dir) / 'meta.json'}: damaged (its tokenizers); run `nmt prepare` again")
+    return found or None
+
+
 def encode_lines(
     processor: sentencepiece.SentencePieceProcessor, lines: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -197,18 +212,21 @@ class WorkerDied(RunFailure):
     """A ParallelEncoder worker process ended (killed, or out of memory) before its task was done."""
 
 
-def _init_processors(models: tuple[bytes, bytes]) -> None:
+def _init_processors(models: tuple[bytes, bytes], tokenizers: Tokenizers | None) -> None:
+    if tokenizers:
+        _PROCESSORS["src"], _PROCESSORS["tgt"] = processors({"src": models[0], "tgt": models[1]}, tokenizers)
+        return
     _PROCESSORS["src"] = load_processor(models[0])
     _PROCESSORS["tgt"] = _PROCESSORS["src"] if models[1] == models[0] else load_processor(models[1])
 
 
-def _start_worker(parent: int, models: tuple[bytes, bytes]) -> None:
+def _start_worker(parent: int, models: tuple[bytes, bytes], tokenizers: Tokenizers | None) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers and reports it once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A worker waits on a queue whose writing end it holds itself, so it would outlive a parent
     # killed with SIGKILL: it watches the parent instead.
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
-    _init_processors(models)
+    _init_processors(models, tokenizers)
 
 
 def _exit_with(parent: int) -> None:
@@ -224,13 +242,16 @@ def worker_processor(side: str) -> sentencepiece.SentencePieceProcessor:
 
 class ParallelEncoder:
     """Maps a function over tasks, in order, in `workers` processes that each hold the
-    source and target processors (inline when workers == 1). At most two tasks per worker
+    source and target processors, with `tokenizers` where given (`processors`; inline when
+    workers == 1). At most two tasks per worker
     are in flight, so memory stays flat however many tasks there are. A worker that dies
     fails the map with WorkerDied (a ProcessPoolExecutor notices; a multiprocessing.Pool
     would wait for the lost task forever)."""
 
-    def __init__(self, models: tuple[bytes, bytes], workers: int) -> None:
-        self.models, self.workers = models, workers
+    def __init__(
+        self, models: tuple[bytes, bytes], workers: int, tokenizers: Tokenizers | None = None
+    ) -> None:
+        self.models, self.workers, self.tokenizers = models, workers, tokenizers
         self.executor: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> ParallelEncoder:
@@ -240,10 +261,10 @@ class ParallelEncoder:
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker,
-                initargs=(os.getpid(), self.models),
+                initargs=(os.getpid(), self.models, self.tokenizers),
             )
         else:
-            _init_processors(self.models)
+            _init_processors(self.models, self.tokenizers)
         return self
 
     def __exit__(self, *exc: object) -> None:

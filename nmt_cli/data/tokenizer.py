@@ -59,7 +59,10 @@ class LanguageCodes:
     def __init__(self, processor: Any) -> None:
         self.processor = processor
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str | list[str], num_threads: int = 1) -> Any:
+        """The ids of `text`, or of each line of a list (as sentencepiece's encode)."""
+        if isinstance(text, list):
+            return [self.encode(line) for line in text]
         code = self.CODE.match(text)
         if code is None:
             return list(self.processor.encode(text))
@@ -77,6 +80,9 @@ class LanguageCodes:
 
     def get_piece_size(self) -> int:
         return int(self.processor.get_piece_size())
+
+    def unk_id(self) -> int:
+        return int(self.processor.unk_id())
 
 
 class MosesBpe:

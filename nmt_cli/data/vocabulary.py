@@ -20,10 +20,11 @@ UTF8_HINT = "; fix the encoding or pass --errors replace to carry on"
 CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, small in memory
 
 
-def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
-    """The (src, tgt) sentencepiece models of --spm-from: a prepared corpus or a checkpoint, of this
-    direction or the other. A checkpoint written before checkpoints recorded their languages gives
-    its models as they are, source for source."""
+def existing_models(path: Path, src: str, tgt: str) -> tuple[tuple[bytes, bytes], spm.Tokenizers | None]:
+    """The (src, tgt) sentencepiece models of --spm-from, a prepared corpus or a checkpoint, of this
+    direction or the other, with the tokenizers it reads text with besides them (an imported
+    multilingual Marian model's language codes), by side. A checkpoint written before checkpoints
+    recorded their languages gives its models as they are, source for source."""
     if path.is_dir():
         try:
             meta = corpus.load_meta(path)
@@ -31,6 +32,7 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
             raise InputError(f"--spm-from {err}") from None
         languages: tuple[str, str] | None = (meta.src, meta.tgt)
         models = spm.read_models(path, meta)
+        tokenizers = spm.read_tokenizers(path, meta)
     elif not path.is_file():
         raise InputError(
             f"--spm-from {path}: not found; give a checkpoint (.pt) or a directory written by `nmt prepare`"
@@ -40,10 +42,13 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[bytes, bytes]:
 
         ckpt = checkpoint.load(path)
         models, languages = (ckpt.spm["src"], ckpt.spm["tgt"]), ckpt.languages
-    if models[0] == models[1] or languages is None or languages == (src, tgt):
-        return models
+        tokenizers = ckpt.tokenizers or None
     if languages == (tgt, src):
-        return models[1], models[0]
+        other_side = {"src": "tgt", "tgt": "src"}
+        swapped = {other_side[side]: spec for side, spec in (tokenizers or {}).items() if side in other_side}
+        return (models[1], models[0]), swapped or None
+    if models[0] == models[1] or languages is None or languages == (src, tgt):
+        return models, tokenizers
     raise InputError(
         f"--spm-from {path}: its vocabularies are for {languages[0]} and {languages[1]}, not {src} and "
         f"{tgt}; give a corpus or checkpoint of these languages"

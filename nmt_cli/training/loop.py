@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ class Session:
     """(source, target) of the corpus, recorded in every checkpoint."""
     run_dir: Path
     spm_models: dict[str, bytes]
+    tokenizers: dict[str, dict[str, Any]] | None
+    """How the data's text was read besides `spm_models` (an imported model's language codes):
+    recorded in every checkpoint, as translation must read text alike."""
     device: torch.device
     reporter: Reporter
     tgt_processor: SentencePieceProcessor
@@ -330,7 +333,14 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     ckpt_dir = s.run_dir / "checkpoints"
     state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
     ckpt = checkpoint.Checkpoint(
-        "train", to_dict(s.cfg), model.state_dict(), s.spm_models, s.languages, asdict(progress), state
+        "train",
+        to_dict(s.cfg),
+        model.state_dict(),
+        s.spm_models,
+        s.languages,
+        asdict(progress),
+        state,
+        tokenizers=s.tokenizers,
     )
     path = ckpt_dir / checkpoint.numbered_name(progress.update)
     checkpoint.save(ckpt, path)
@@ -340,6 +350,12 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
 
 def _save_best(s: Session, progress: Progress) -> None:
     ckpt = checkpoint.Checkpoint(
-        "best", to_dict(s.cfg), s.model.state_dict(), s.spm_models, s.languages, asdict(progress)
+        "best",
+        to_dict(s.cfg),
+        s.model.state_dict(),
+        s.spm_models,
+        s.languages,
+        asdict(progress),
+        tokenizers=s.tokenizers,
     )
     checkpoint.save(ckpt, s.run_dir / "checkpoints" / "checkpoint_best.pt")
