@@ -22,7 +22,7 @@ from nmt_cli import checkpoint
 from nmt_cli.config import ModelConfig, RunConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
-from nmt_cli.errors import InputError, NmtError, Terminated
+from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
@@ -76,6 +76,14 @@ def run(
             reason = train(session, resume)
     except (KeyboardInterrupt, Terminated) as stopped:  # a second Ctrl-C, or a signal before the loop
         raise _stopped_at_once(stopped, out) from None
+    except RuntimeError as err:  # another process died: its connection closed, never a wait
+        lost = distributed.lost_peer(err, world)
+        if not lost:
+            raise
+        raise RunFailure(
+            f"another training process stopped ({lost}): its own messages or the launcher's say why; "
+            + _kept(out)
+        ) from None
     finally:
         distributed.cleanup(world)
     signalled = re.match(r"stopped by (SIG[A-Z]+)", reason)
@@ -91,12 +99,14 @@ def _stopped_at_once(stopped: BaseException, out: Path) -> NmtError:
     """What a signal that stopped training without a last save leaves: the run's earlier
     checkpoints, which the same command resumes from (or, before the first, nothing to resume)."""
     sig = signal.SIGINT if isinstance(stopped, KeyboardInterrupt) else signal.SIGTERM
+    return NmtError(f"training stopped by {sig.name} at once; {_kept(out)}", exit_code=128 + sig.value)
+
+
+def _kept(out: Path) -> str:
+    """What a run stopped without a last save keeps, and what to do."""
     if (out / LAST).is_file():
-        where = out / "checkpoints"
-        told = f"at once; the run's last checkpoint is kept in {where}: run the same command to resume"
-    else:
-        told = "before the run's first checkpoint, so nothing was saved; run the same command to start it"
-    return NmtError(f"training stopped by {sig.name} {told}", exit_code=128 + sig.value)
+        return f"the run's last checkpoint is kept in {out / 'checkpoints'}: run the same command to resume"
+    return "the run had no checkpoint yet, so nothing was saved; run the same command to start it"
 
 
 def open_session(
@@ -135,10 +145,12 @@ def open_session(
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
     if precision is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
-    elif cfg.train.precision == "bf16" and dev.type == "cpu":
+    elif cfg.train.precision == "bf16" and dev.type == "cpu" and world.is_main:
         cfg = _cpu_bf16_or_fp32(cfg, reporter)
-    # Each process measured its own CPU: mixed precisions would train a different model per rank.
-    distributed.check_same(cfg.train.precision, "the training precision (give --precision)", world)
+    # Rank 0 measures its CPU for all: timings differ between processes, and mixed precisions
+    # would train a different model per rank.
+    main_precision = str(distributed.from_main(cfg.train.precision, world))
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=main_precision))
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
     _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -189,6 +190,19 @@ def check_same(value: object, what: str, world: World) -> None:
             f"the processes disagree on {what}: {values} by rank; every node must see the same "
             "--data and --out (a shared filesystem)"
         )
+
+
+def lost_peer(err: BaseException, world: World) -> str:
+    """What a collective that failed because another process is gone says, in a few words (gloo:
+    "Connection closed by peer [host]:port"); "" for any other error. A process that dies (even by
+    SIGKILL) closes its connections, so the others fail in their next collective instead of waiting."""
+    if not world.distributed or not isinstance(err, RuntimeError):
+        return ""
+    text = str(err)
+    if not (isinstance(err, dist.DistError) or re.search(r"gloo|NCCL|[Cc]onnection (closed|reset)", text)):
+        return ""
+    said = re.search(r"\] ([A-Z][^\n]*?)\.(?:\s|$)", text)  # gloo: "[file.cc:553] What happened. Advice"
+    return said.group(1) if said else text.strip().splitlines()[0][:200]
 
 
 def barrier(world: World, device: torch.device) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -109,15 +110,26 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data"
 
 
-def _nmt_train(data: Path, out: Path, overrides: list[str], processes: int) -> subprocess.Popen:
-    launcher = [sys.executable, "-m", "nmt_cli"]
+def _nmt_train(
+    data: Path,
+    out: Path,
+    overrides: list[str],
+    processes: int,
+    program: tuple[str, ...] = ("-m", "nmt_cli"),
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    launcher = [sys.executable, *program]
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        launcher += [f"--nproc_per_node={processes}", "-m", "nmt_cli"]
+        launcher += [f"--nproc_per_node={processes}", *program]
     args = ["train", "--data", str(data), "--out", str(out), "--device", "cpu", "--threads", "1"]
     args += sets(*TINY, *overrides)
     return subprocess.Popen(
-        [*launcher, *args], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*launcher, *args],
+        env={**subprocess_env(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -208,3 +220,50 @@ def _worker_pid(launcher_pid: int, rank: int) -> int:
             if f"RANK={rank}".encode() in environ:
                 return int(child)
     raise AssertionError(f"no worker with RANK={rank} under pid {launcher_pid}")
+
+
+@needs_gloo
+@pytest.mark.slow  # two processes train a few updates: about 5 s
+def test_a_killed_process_ends_the_others_with_one_line(data_dir: Path, tmp_path: Path):
+    """Started without torchrun (as `srun` would, from the environment), so that no launcher
+    stops the survivor: it must find out itself, at once, and say so in one line."""
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = tmp_path / "run"
+    world = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    overrides = ["train.max_updates=0", "train.save_every_updates=2", "train.valid_every_updates=0"]
+    ranks = [
+        _nmt_train(data_dir, run, overrides, 1, env={**world, "RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in (0, 1)
+    ]
+    wait_until(
+        lambda: (run / "checkpoints" / "checkpoint_last.pt").exists(), "a checkpoint", process=ranks[0]
+    )
+    ranks[1].kill()
+    ranks[1].communicate(timeout=60)
+    _, err = ranks[0].communicate(timeout=60)  # a hang fails here
+    errors = [line for line in err.splitlines() if line.startswith("nmt: error:")]
+    assert ranks[0].returncode == 1, err[-3000:]
+    assert len(errors) == 1 and "another training process stopped" in errors[0], err[-3000:]
+    assert f"kept in {run / 'checkpoints'}" in errors[0] and "Traceback" not in err
+
+
+@needs_gloo
+@pytest.mark.slow  # a two-process training of one update: about 4 s
+def test_rank_0_decides_the_cpu_precision_for_all(data_dir: Path, tmp_path: Path):
+    """A recipe's bf16 on a CPU depends on a timing; processes that measured differently must
+    not refuse to train (nor train in two precisions): rank 0's measure holds for all."""
+    program = tmp_path / "measured.py"
+    program.write_text(
+        "import os\n"
+        "import nmt_cli.commands.train as command\n"
+        "from nmt_cli.__main__ import console\n"
+        "command.cpu_bf16_speedup = lambda: 0.5 if os.environ['RANK'] == '0' else 2.0\n"
+        "console()\n"
+    )
+    run = tmp_path / "run"
+    overrides = ['train.precision="bf16"', "train.max_updates=1"]
+    _finish(_nmt_train(data_dir, run, overrides, 2, program=(str(program),)))
+    assert 'precision = "fp32"' in (run / "config.toml").read_text()
+    assert _state(run, 1)["config"]["train"]["precision"] == "fp32"
