@@ -22,12 +22,14 @@ class StopSignal:
         return self
 
     def _handle(self, signum: int, _frame: object) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        if self.received is None and self._tell is not None:
-            again = " (Ctrl-C again: at once, without it)" if signum == signal.SIGINT else ""
-            self._tell(f"{signal.Signals(signum).name}: stopping after this update with a checkpoint{again}")
+        if self.received is not None:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now
+            return  # a repeated SIGTERM: the first signal names the stop, its line and exit code
         self.received = signal.Signals(signum).name
+        if self._tell is not None:
+            again = " (Ctrl-C again: at once, without it)" if signum == signal.SIGINT else ""
+            self._tell(f"{self.received}: stopping after this update with a checkpoint{again}")
 
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._previous.items():

@@ -1,5 +1,8 @@
 """Loss, schedule, batching and gradient accumulation."""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +15,7 @@ from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training.loop import accumulate_gradients, budget_spent
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.schedule import inverse_sqrt, linear, noam
+from nmt_cli.training.signals import StopSignal
 
 
 def test_label_smoothing_equals_the_dense_reference():
@@ -171,3 +175,16 @@ def test_batches_do_not_depend_on_the_width_of_the_length_arrays() -> None:
         narrow = make_batches(src.astype(np.uint16), tgt.astype(np.uint16), 4096, 3, 2, shuffle)
         assert len(wide) == len(narrow) and all((a == b).all() for a, b in zip(wide, narrow, strict=True))
         assert narrow[0].dtype == np.int32
+
+
+def test_the_first_signal_names_the_stop_and_a_second_ctrl_c_stops_at_once() -> None:
+    told: list[str] = []
+    with StopSignal(told.append) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)  # a supervisor's SIGTERM after Ctrl-C: no new name
+        assert stop.received == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert told == [
+        "SIGINT: stopping after this update with a checkpoint (Ctrl-C again: at once, without it)"
+    ]
