@@ -18,6 +18,7 @@ def _small_files() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))  # Python ignores SIGXFSZ: EFBIG
 
 
+@pytest.mark.slow  # two trainings, one as a process: about 3 s
 def test_a_disk_full_at_the_first_save_leaves_a_run_that_says_how_to_start_afresh(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -261,6 +261,7 @@ def test_two_trainings_never_share_a_run_directory(corpus: Corpus, tmp_path: Pat
     assert checkpoint.load(run_dir / "checkpoints" / "checkpoint_last.pt").update == done + 20
 
 
+@pytest.mark.slow  # a training process, signalled during a slow save: about 3.5 s
 def test_a_second_ctrl_c_during_a_save_names_the_checkpoint_to_resume_from(
     corpus: Corpus, tmp_path: Path
 ) -> None:

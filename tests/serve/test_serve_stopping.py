@@ -18,6 +18,7 @@ from serve_helpers import running_server
 LINES = 1000  # with 200 steps each: seconds of decoding, still going on when both signals come
 
 
+@pytest.mark.slow  # a server decoding a long request, twice: about 4 s
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_second_ctrl_c_stops_a_busy_server_at_once_with_one_line(trained: TrainedRun, workers: int) -> None:
     limits = ("--max-lines", LINES, "--max-queue", LINES)
