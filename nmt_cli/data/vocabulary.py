@@ -5,7 +5,8 @@ or taken from a prepared corpus or a checkpoint (`--spm-from`), with tags kept w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,9 @@ from nmt_cli.report import Reporter
 SEED = 1  # fixed: the vocabulary sample, hence the whole corpus, is reproducible
 UTF8_HINT = "; fix the encoding or pass --errors replace to carry on"
 CHUNK = 8192  # pairs per encoding task: large enough to amortize pickling, small in memory
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # sentencepiece's names for the ids of special_ids
+BARE_MODEL_MAX = 64 << 20  # larger --spm-from files are not tried as a sentencepiece model
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # byte fallback's pieces
 
 
 def existing_models(path: Path, src: str, tgt: str) -> tuple[tuple[bytes, bytes], spm.Tokenizers | None]:
@@ -25,6 +29,7 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[tuple[bytes, bytes]
     direction or the other, with the tokenizers it reads text with besides them (an imported
     multilingual Marian model's language codes), by side. A checkpoint written before checkpoints
     recorded their languages gives its models as they are, source for source."""
+    _refuse_near_misses(path)
     if path.is_dir():
         try:
             meta = corpus.load_meta(path)
@@ -40,7 +45,10 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[tuple[bytes, bytes]
     else:
         from nmt_cli import checkpoint  # imported on use: torch is slow to load
 
-        ckpt = checkpoint.load(path)
+        try:
+            ckpt = checkpoint.load(path)
+        except InputError as err:
+            raise InputError(f"--spm-from: {err}") from None
         models, languages = (ckpt.spm["src"], ckpt.spm["tgt"]), ckpt.languages
         tokenizers = ckpt.tokenizers or None
     if languages == (tgt, src):
@@ -55,11 +63,60 @@ def existing_models(path: Path, src: str, tgt: str) -> tuple[tuple[bytes, bytes]
     )
 
 
+def _refuse_near_misses(path: Path) -> None:
+    """Say what to give instead of what a user of other toolkits may point --spm-from at: a run
+    directory, or a bare sentencepiece model (nmt's vocabularies travel with their languages)."""
+    if path.is_dir() and not (path / corpus.META).exists() and (path / "checkpoints").is_dir():
+        raise InputError(
+            f"--spm-from {path}: a run directory, not a prepared corpus; give one of its checkpoints, "
+            f"e.g. {path / 'checkpoints' / 'checkpoint_last.pt'}"
+        )
+    if not path.is_file() or path.stat().st_size > BARE_MODEL_MAX:
+        return
+    try:
+        with path.open("rb") as stream:
+            if stream.read(2) == b"PK":  # a zip archive, as torch writes checkpoints
+                return
+        spm.load_processor(path.read_bytes())
+    except (OSError, RuntimeError, InputError):
+        return  # not a sentencepiece model: the checkpoint reader says what it is
+    corpus_dir = (
+        path.parent if (path.parent / corpus.META).is_file() else "a directory written by `nmt prepare`"
+    )
+    raise InputError(
+        f"--spm-from {path}: a sentencepiece model alone; give {corpus_dir} or a checkpoint (.pt), "
+        "which hold the model with its languages"
+    )
+
+
+def check_tag_names(tags: Iterable[str]) -> None:
+    """Refuse, before any work, a tag that cannot be a piece of its own: one with a space, a comma
+    (they separate sentencepiece's user_defined_symbols) or its "▁", or the name of a special or
+    byte piece, which would put the id of padding or of the end of a sentence before every tagged
+    source (and wherever the text holds that name)."""
+    for tag in filter(None, tags):
+        if any(c.isspace() or c in ",\u2581" for c in tag):
+            raise InputError(
+                f"--train-tag / --reserve {tag!r}: a tag is one word without spaces or commas (or "
+                "\u2581), e.g. <BT>"
+            )
+        if tag in SPECIAL_PIECES or _BYTE_PIECE.fullmatch(tag):
+            raise InputError(
+                f"--train-tag / --reserve {tag}: the name of one of sentencepiece's own pieces "
+                f"({', '.join(SPECIAL_PIECES)}, <0x00> to <0xFF>); choose another tag, e.g. <BT>"
+            )
+
+
 def check_tags(processor: SentencePieceProcessor, tags: list[str], spm_from: str | None) -> None:
     """A tag must stay one piece, or the model would see it spelled out like any other word."""
     for tag in filter(None, tags):
         piece = processor.piece_to_id(tag)
         if piece == processor.unk_id() or piece not in processor.encode(tag):
+            if spm_from is None:  # learned with the tag as a user symbol, yet the text splits it
+                raise InputError(
+                    f"tag {tag}: the vocabulary learned does not keep it as one piece; choose "
+                    "another tag, e.g. <BT>"
+                )
             raise InputError(
                 f"tag {tag}: not a piece of the sentencepiece model of --spm-from {spm_from}; prepare "
                 f"the corpus that model was learned on with --reserve {tag}, or drop --spm-from"
@@ -105,8 +162,9 @@ def learn(
     for side in (0, 1):
         names = " + ".join(str(paths[side]) for paths in corpora)
         reporter.info(f"learning a BPE vocabulary of {options['vocab_size']} for {names}")
-        # Tags precede source sentences only.
-        symbols = reserved if side == 0 else []
+        # Tags precede source sentences only; --reserve keeps its tags in both models, as
+        # --spm-from swaps them for a corpus of the other direction.
+        symbols = reserved if side == 0 else list(options.get("reserve", []))
         models.append(
             spm.train_spm(sample(options["spm_sample"], side), what=names, user_symbols=symbols, **common)
         )

@@ -267,6 +267,29 @@ def test_spm_from_a_missing_path_fails_in_one_line(
     assert not out.exists()
 
 
+def test_spm_from_a_run_directory_or_a_bare_sentencepiece_model_says_what_to_give(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run directory was "not a prepared corpus; run `nmt prepare` first", and a corpus's
+    spm.model "checkpoint ...: not an nmt checkpoint", without naming --spm-from."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    model = corpus.data / corpus_io.load_meta(corpus.data).spm["src"]
+    lone = tmp_path / "lone.model"
+    lone.write_bytes(model.read_bytes())
+    expected = {
+        run_dir: str(run_dir / "checkpoints" / "checkpoint_last.pt"),
+        model: f"give {corpus.data} or a checkpoint",
+        lone: "give a directory written by `nmt prepare` or a checkpoint",
+    }
+    for given, advice in expected.items():
+        extra = ("--spm-from", given)
+        line = _prepare_refused(
+            capsys, tmp_path / "data", corpus.raw / "train", valid=corpus.raw / "valid", extra=extra
+        )
+        assert line.startswith(f"nmt: error: --spm-from {given}: ") and advice in line, line
+
+
 # --- 2. several training corpora ----------------------------------------------------------------
 
 
@@ -381,6 +404,26 @@ def test_spm_from_a_vocabulary_learned_with_reserve_takes_the_tag(
     assert _prepare(out, raw.a, raw.b, valid=raw.valid, extra=extra) == 0
     assert (out / "spm.model").read_bytes() == (reserved / "spm.model").read_bytes()
     _check_tagged(out, tag_id, A_PAIRS, B_PAIRS)
+
+
+def test_reserve_with_separate_vocabularies_serves_a_tagged_corpus_of_the_other_direction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--reserve kept the tag in the source model only: --spm-from it for the other direction was
+    refused, advising the --reserve it had been given."""
+    lower = sentences(300, seed=31)
+    write_split(tmp_path / "a", lower, [line.upper() for line in lower])
+    write_split(tmp_path / "valid", lower[:20], [line.upper() for line in lower[:20]])
+    forward = tmp_path / "forward"
+    extra = ("--no-joint", "--reserve", TAG)
+    assert _prepare(forward, tmp_path / "a", valid=tmp_path / "valid", extra=extra) == 0
+    assert not corpus_io.load_meta(forward).joint
+    monkeypatch.setattr(vocabulary, "learn", _no_learning)
+    extra = ("--train-tag", "", "--train-tag", TAG, "--spm-from", forward, "--src", "tgt", "--tgt", "src")
+    backward = tmp_path / "backward"
+    assert _prepare(backward, tmp_path / "a", tmp_path / "a", valid=tmp_path / "valid", extra=extra) == 0
+    assert corpus_io.load_meta(backward).spm["src"] == "spm.tgt.model"
+    _check_tagged(backward, _processor(backward).piece_to_id(TAG), 300, 300)
 
 
 def test_a_tag_does_not_decide_which_pairs_are_kept(tagged: Path, tmp_path: Path) -> None:
@@ -705,3 +748,14 @@ def test_a_tag_with_a_comma_or_whitespace_is_refused(
     extra = ("--train-tag", "", "--train-tag", tag)
     line = _prepare_refused(capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=extra)
     assert "without spaces or commas" in line
+
+
+@pytest.mark.parametrize("tag", ["</s>", "<pad>", "<unk>", "<s>", "<0x41>", "\u2581"])
+def test_a_tag_named_as_a_special_piece_is_refused(
+    tag: str, raw: Raw, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "</s>" or "<pad>" became the id of the end of a sentence or of padding before every tagged
+    source; "<unk>" and "<0x41>" failed inside sentencepiece with exit 1; "▁" named --spm-from None."""
+    for extra in (("--train-tag", "", "--train-tag", tag), ("--reserve", tag)):
+        line = _prepare_refused(capsys, tmp_path / "data", raw.a, raw.b, valid=raw.valid, extra=extra)
+        assert "--train-tag / --reserve" in line and "e.g. <BT>" in line
