@@ -150,7 +150,6 @@ def _start(out: Path, created: Path | None) -> Path:
 def _check_options(cfg: PrepareConfig) -> None:
     """The rules between options, then each option's bounds (a SettingError, worded as an option)."""
     src, tgt = cfg.src, cfg.tgt
-    tags = [t for t in (*cfg.train_tags, *cfg.reserve) if t]
     checks = [
         (
             src != tgt and "/" not in src + tgt and "." not in src + tgt,
@@ -162,18 +161,16 @@ def _check_options(cfg: PrepareConfig) -> None:
             f"--train-tag: given {len(cfg.train_tags)} times for {len(cfg.train)} --train corpora; give "
             'one per --train, in the same order ("" for an untagged corpus)',
         ),
-        (
-            not any(c.isspace() or c == "," for t in tags for c in t),
-            "--train-tag / --reserve: a tag is one word without spaces or commas, e.g. <BT>",
-        ),
     ]
     for ok, message in checks:
         if not ok:
             raise InputError(message)
+    vocabulary.check_tag_names((*cfg.train_tags, *cfg.reserve))
     check_each(BOUNDS, cfg)
 
 
 def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:
+    _refuse_a_file_for_a_prefix(split, src_path, tgt_path)
     for path in (src_path, tgt_path):
         # A pipe could be read once only, and prepare reads every file twice (count, encode).
         if path.exists() and not path.is_dir() and not path.is_file():
@@ -187,6 +184,18 @@ def _count_pairs(split: str, src_path: Path, tgt_path: Path) -> int:
     if n_src == 0:
         raise InputError(f"{split} corpus is empty: {src_path} and {tgt_path} have no lines")
     return n_src
+
+
+def _refuse_a_file_for_a_prefix(split: str, src_path: Path, tgt_path: Path) -> None:
+    """--train corpus/train.en, a file as Marian and OpenNMT name them, for the prefix corpus/train."""
+    given = Path(str(src_path)[: -len(src_path.suffix)])
+    if src_path.exists() or not given.is_file() or given.suffix not in (src_path.suffix, tgt_path.suffix):
+        return
+    prefix = given.with_suffix("")
+    raise InputError(
+        f"--{split} {given}: give the prefix of the files, {prefix} (for {prefix}{src_path.suffix} and "
+        f"{prefix}{tgt_path.suffix})"
+    )
 
 
 def _prepare(

@@ -204,6 +204,14 @@ def test_missing_file(capsys, data: Path, tmp_path: Path) -> None:
     assert "valid.de: no such file" in fails(capsys, data, tmp_path / "out")
 
 
+def test_a_file_given_for_a_prefix_says_which_prefix(capsys, data: Path, tmp_path: Path) -> None:
+    """As Marian and OpenNMT take files: --valid in/valid.en said "in/valid.en.en: no such file"."""
+    for option, name in (("--valid", "valid.en"), ("--test", "test.de")):
+        err = fails(capsys, data, tmp_path / "out", option, data / name)
+        prefix = data / name.split(".")[0]
+        assert f"{option} {data / name}: give the prefix of the files, {prefix} " in err, err
+
+
 def test_directory_given_as_a_file(capsys, data: Path, tmp_path: Path) -> None:
     (data / "valid.en").unlink()
     (data / "valid.en").mkdir()
