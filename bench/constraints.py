@@ -164,14 +164,26 @@ def against_fairseq(fairseq: Path | None) -> dict:
     return result
 
 
+def fairseq_env(fairseq: Path) -> dict[str, str]:
+    """The environment fairseq-interactive runs in: fairseq importable from `fairseq`, one thread."""
+    env = {**os.environ, "PYTHONPATH": str(fairseq), "OMP_NUM_THREADS": "1"}
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # fairseq 0.12 loads its checkpoints whole
+    return env
+
+
+def fairseq_imports(fairseq: Path) -> bool:
+    """Whether fairseq-interactive imports from the folder `fairseq`."""
+    probe = [sys.executable, "-c", "import fairseq_cli.interactive"]
+    return subprocess.run(probe, capture_output=True, env=fairseq_env(fairseq)).returncode == 0
+
+
 def fairseq_seconds(fairseq: Path, tmp: Path) -> float:
     """fairseq-interactive --constraints unordered, beam 4, on the fixture (as make_constrained.sh)."""
     data = tmp / "bin"
     data.mkdir()
     for name in ("dict.en.txt", "dict.de.txt"):
         (data / name).write_bytes((FIXTURE / name).read_bytes())
-    env = {**os.environ, "PYTHONPATH": str(fairseq), "OMP_NUM_THREADS": "1"}
-    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # fairseq 0.12 loads its checkpoints whole
+    env = fairseq_env(fairseq)
     command = [sys.executable, "-m", "fairseq_cli.interactive", str(data), "--cpu",
                "--path", str(FIXTURE / "checkpoint.pt"), "--source-lang", "en", "--target-lang", "de",
                "--beam", "4", "--lenpen", "1.0", "--nbest", "1", "--buffer-size", "200",
@@ -190,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--fairseq", type=Path, help="a folder from which fairseq 0.12 imports (PYTHONPATH)")
     args = parser.parse_args(argv)
+    if args.fairseq is not None and not fairseq_imports(args.fairseq):  # before a minute of decoding
+        raise SystemExit(f"bench: fairseq_cli.interactive does not import from --fairseq {args.fairseq}")
     if args.model is None:
         from time_to_bleu import trained_model
 

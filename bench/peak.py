@@ -24,13 +24,18 @@ def peak_gflops(dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048, 3072),
     return best
 
 
-def main() -> dict:
+def measure() -> dict:
+    """Both peaks on the benchmark's threads; `main` prints them, train_speed.py within its own JSON."""
     torch.set_num_threads(THREADS)
-    result = {
+    return {
         "peak_gflops_fp32": round(peak_gflops(torch.float32)),
         "peak_gflops_bf16": round(peak_gflops(torch.bfloat16)),
         "threads": THREADS,
     }
+
+
+def main() -> dict:
+    result = measure()
     emit(result)
     return result
 
