@@ -292,8 +292,8 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
     Runs in a worker process. Returns the flat ids and lengths of the pairs kept on each
     side, and how many pairs of the chunk fall under each of REASONS. A tag's pieces go before
-    each source sentence after the filters (they judge the sentence alone): the same ids as the
-    text "<BT> A dog." typed to `nmt translate`.
+    each source sentence: the same ids as the text "<BT> A dog." typed to `nmt translate`. The
+    length limit counts them, as the model reads them; the ratio judges the sentence alone.
     """
     names, first, raws, errors, (max_len, max_ratio), drop, tag = task
     encoded, blank = [], np.zeros(len(raws[0]), bool)
@@ -305,14 +305,14 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         blank |= np.fromiter((not line.strip() for line in lines), bool, count=len(lines))
         encoded.append(spm.encode_lines(spm.worker_processor(key), lines))
     (src_ids, src_len), (tgt_ids, tgt_len) = encoded
+    pieces = np.asarray(spm.worker_processor("src").encode(tag) if tag else [], np.int32)
     reason = np.zeros(len(src_len), np.int64)
     # Moses clean-corpus-n.perl's tests, on pieces rather than words; the first reason wins.
     ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
     reason[ratio > max_ratio] = 3
-    reason[(src_len > max_len) | (tgt_len > max_len)] = 2
+    reason[(src_len + len(pieces) > max_len) | (tgt_len > max_len)] = 2
     reason[blank | (src_len == 0) | (tgt_len == 0)] = 1
     if tag:
-        pieces = np.asarray(spm.worker_processor("src").encode(tag), np.int32)
         starts = np.repeat(np.cumsum(src_len) - src_len, len(pieces))
         src_ids = np.insert(src_ids, starts, np.tile(pieces, len(src_len)))
         src_len = src_len + len(pieces)

@@ -440,6 +440,22 @@ def test_a_tag_does_not_decide_which_pairs_are_kept(tagged: Path, tmp_path: Path
     assert kept[TAG] == len(short), f"tagging dropped {len(short) - kept[TAG]} of {len(short)} pairs"
 
 
+def test_the_length_limit_counts_the_tag_as_the_model_reads_it(tagged: Path, tmp_path: Path) -> None:
+    # nmt train's advice for a sentence over the model's positions is `prepare --max-len N`: a tag
+    # let through beyond N would keep it over.
+    lines = sentences(200, seed=43, min_words=1, max_words=8)
+    write_split(tmp_path / "mixed", lines, lines)
+    write_split(tmp_path / "valid", lines[:5], lines[:5])
+    longest = {}
+    for tag in ("", TAG):
+        out = tmp_path / f"limited{tag}"
+        extra = ("--train-tag", tag, "--spm-from", tagged, "--max-len", 6)
+        assert _prepare(out, tmp_path / "mixed", valid=tmp_path / "valid", extra=extra) == 0
+        longest[tag] = int(corpus_io.load_split(out, "train").src.lengths().max())
+    assert longest[""] == 6  # sentences at the limit exist, and with their tag they pass it
+    assert longest[TAG] <= 6
+
+
 # --- 4. weighted sampling -----------------------------------------------------------------------
 
 
