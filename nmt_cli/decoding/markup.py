@@ -33,8 +33,8 @@ Translate = Callable[[list[str]], list[tuple[str, Alignment]]]
 
 BLOCKS = frozenset(
     "address article aside blockquote body caption dd details dialog div dl dt fieldset figcaption figure "
-    "footer form h1 h2 h3 h4 h5 h6 header hgroup html li main nav ol p section summary table tbody td tfoot "
-    "th thead tr ul".split()
+    "footer form h1 h2 h3 h4 h5 h6 header hgroup hr html legend li main menu nav ol optgroup option p pre "
+    "section summary table tbody td tfoot th thead tr ul".split()
 )
 KEPT = frozenset(
     "code pre script style kbd samp var math svg textarea template noscript iframe object".split()
@@ -111,16 +111,19 @@ class Parsed:
 
 
 def _is_atom(element: _Element) -> bool:
+    return _kept_whole(element) or not _own_text(element).strip()
+
+
+def _kept_whole(element: _Element) -> bool:
+    """An atom whatever text it holds: a comment, code, a mention, an element not to translate..."""
     tag = element.tag if isinstance(element.tag, str) else ""
     if not tag or tag in KEPT or element.get("translate") == "no":
         return True
     classes = (element.get("class") or "").split()
     if "notranslate" in classes or tag in ("img", "input", "hr", "wbr", "video", "audio", "canvas"):
         return True
-    text = element.text_content()
-    if tag == "a" and ("mention" in classes or "hashtag" in classes or URL.match(text)):
-        return True
-    return not _own_text(element).strip()
+    marked = "mention" in classes or "hashtag" in classes
+    return tag == "a" and (marked or bool(URL.match(element.text_content())))
 
 
 def _holds_block(element: _Element) -> bool:
@@ -128,11 +131,11 @@ def _holds_block(element: _Element) -> bool:
 
 
 def _own_text(element: _Element) -> str:
-    """The element's text outside atoms among its descendants."""
+    """The element's text outside atoms among its descendants, each read once (not once an ancestor)."""
     parts = [element.text or ""]
     for child in element:
-        if not isinstance(child.tag, str) or not _is_atom(child):
-            parts.append(_own_text(child) if isinstance(child.tag, str) else "")
+        if not _kept_whole(child):
+            parts.append(_own_text(child))
         parts.append(child.tail or "")
     return "".join(parts)
 

@@ -6,10 +6,12 @@ aligned words, and any input, malformed too, gives HTML with the same elements a
 from __future__ import annotations
 
 import lxml.html
+import pytest
 from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nmt_cli.decoding import markup
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
 
@@ -136,3 +138,36 @@ def test_any_fragment_gives_html_with_the_same_elements_and_attributes(
     (out,) = translate_fragments([fragment], translate)  # type: ignore[arg-type]
     if fragment.strip():
         assert elements(out) == elements(fragment)
+
+
+def test_a_code_block_or_rule_between_texts_ends_a_unit_as_a_block_does() -> None:
+    # <pre>, <hr> and <option> are blocks: the words on either side were read as one word
+    # ("this:and"), with the code block put inside the translation, and a second <option> left
+    # empty outside its <select>.
+    fragments = [
+        "<div>Run this:<pre>make  all</pre>and then wait</div>",
+        "Above<hr>Below",
+        "<select><option>one</option><option>two</option></select>",
+    ]
+    assert translate_fragments(fragments, reverse) == [
+        "<div>THIS: RUN<pre>make  all</pre>WAIT THEN AND</div>",
+        "ABOVE<hr>BELOW",
+        "<select><option>ONE</option><option>TWO</option></select>",
+    ]
+
+
+def test_nested_elements_are_read_in_time_polynomial_in_their_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each element's own text was read twice for each ancestor: 2^depth readings, so that 25 nested
+    # <b> (a request of 175 characters) held a server's event loop for minutes.
+    own_text, calls = markup._own_text, []
+
+    def counted(element: object) -> str:
+        calls.append(element)
+        return own_text(element)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(markup, "_own_text", counted)
+    for tag in ("b", "div"):
+        calls.clear()
+        (out,) = translate_fragments([f"<{tag}>" * 16 + "x" + f"</{tag}>" * 16 + " y"], upper)
+        assert out == f"<{tag}>" * 16 + "X" + f"</{tag}>" * 16 + " Y"
+        assert len(calls) < 1_000
