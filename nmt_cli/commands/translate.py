@@ -1,8 +1,8 @@
 """`nmt translate`: raw text in, raw text out, one output line per input line, in order.
 
-Input is read by a background thread so that whatever has arrived is translated at once:
-a file is taken `buffer_size` lines at a time (sorted by length inside the buffer for
-batching), while a pipe that sends one line and waits gets its answer before EOF.
+Input is read by a background thread (`data.arriving`) so that whatever has arrived is
+translated at once: a file is taken `buffer_size` lines at a time (sorted by length inside the
+buffer for batching), while a pipe that sends one line and waits gets its answer before EOF.
 Each buffer's output is written and flushed before the next buffer is read.
 """
 
@@ -13,16 +13,15 @@ import contextlib
 import dataclasses
 import functools
 import os
-import queue
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeConfig
+from nmt_cli.data.arriving import arriving_lines, stdin_bytes
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.data.text import check_readable, decode_line
+from nmt_cli.data.text import check_readable
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve, with_terms
 from nmt_cli.decoding.terms import ConstraintError
@@ -92,7 +91,7 @@ def run(
     )
     if nbest == 1:  # the output is the text alone
         settings = dataclasses.replace(settings, scores=False, alignments=job.alignments)
-    source = input_path.open("rb") if input_path is not None else _stdin()
+    source = input_path.open("rb") if input_path is not None else stdin_bytes()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
     translate = _translate_call(translator, settings, job)
@@ -189,7 +188,12 @@ def _constrained_results(translator: Translator, settings: DecodeSettings, lines
 
 
 def _html_results(translator: Translator, settings: DecodeSettings, fragments: list[str]) -> list[Result]:
-    return [Result([(text, 0.0)]) for text in translator.translate_markup(fragments, settings)]
+    # A line break or tab that a reference (&#10;) put into text or an attribute is written as one
+    # again, not turned into a space as in plain text: <pre> code keeps its lines.
+    return [
+        Result([(text.translate(HTML_ONE_LINE), 0.0)])
+        for text in translator.translate_markup(fragments, settings)
+    ]
 
 
 def _translate_to_stream(write: Write, output_path: Path, target: Path) -> None:
@@ -271,6 +275,8 @@ def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) ->
 
 ONE_LINE = dict.fromkeys(map(ord, "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), " ")
 """A tab and what str.splitlines() breaks a line at, as spaces."""
+HTML_ONE_LINE = {code: f"&#{code};" for code in ONE_LINE}
+"""The same characters as HTML character references, which read back as they were."""
 
 
 def _translate_stream(
@@ -294,7 +300,7 @@ def _translate_stream(
     phrase that cannot be met is named by its input line where `whole_lines` are translated (not
     cut into sentences); `warn` hears of the first line that is not UTF-8 text."""
     number = 0
-    for lines in _buffers(source, name, buffer_size, warn):
+    for lines in arriving_lines(source, name, buffer_size, warn):
         chunk = []
         try:
             results = translate(lines)
@@ -321,77 +327,3 @@ def _translate_stream(
             flushed(number)
         if progress is not None:
             progress(len(lines))
-
-
-def _is_text(raw: bytes) -> bool:
-    if b"\x00" in raw:
-        return False
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _stdin() -> BinaryIO:
-    """Standard input as a stream of its own, over a duplicate descriptor. The thread that reads it
-    is still blocked in a read when a signal ends the command, holding the stream's lock; were that
-    sys.stdin, the interpreter's shutdown would wait for the lock and abort (SIGABRT instead of
-    130/143). Left open: closing it would wait for that lock too; the process ends soon after."""
-    try:
-        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
-    except (AttributeError, OSError, ValueError):  # not a real descriptor (tests, embedded use)
-        return sys.stdin.buffer
-
-
-def _buffers(
-    source: BinaryIO, name: str, buffer_size: int, warn: Callable[[str], None] | None = None
-) -> Iterator[list[str]]:
-    """Lists of decoded lines: whatever has arrived (at least one line), at most buffer_size.
-    `warn` hears of the first line with a NUL byte or invalid UTF-8, once."""
-    lines: queue.Queue = queue.Queue(maxsize=4 * buffer_size)
-    end = object()
-    failed: list[BaseException] = []  # a read error, raised once the lines read before it are done
-
-    def read() -> None:
-        try:
-            for raw in iter(source.readline, b""):
-                lines.put(raw)
-        except BaseException as err:  # MemoryError too: never taken for the end of the input
-            failed.append(err)
-        finally:
-            lines.put(end)
-
-    threading.Thread(target=read, daemon=True).start()
-    number = 0
-    while True:
-        item = lines.get()
-        if item is end:
-            if failed and isinstance(failed[0], OSError):
-                err = failed[0]
-                raise RunFailure(f"{name}: reading failed after line {number:,} ({err.strerror or err})")
-            if failed:
-                raise failed[0]
-            return
-        batch = [item]
-        while len(batch) < buffer_size:
-            try:
-                item = lines.get_nowait()
-            except queue.Empty:
-                break
-            if item is end:
-                lines.put(end)
-                break
-            batch.append(item)
-        decoded = []
-        for raw in batch:
-            number += 1
-            if warn is not None and not _is_text(raw):
-                warn(
-                    f"{name}:{number}: not UTF-8 text (a NUL byte or invalid UTF-8), translated with "
-                    "spaces and U+FFFD in its place; is this a binary or UTF-16 file?"
-                )
-                warn = None  # once: a binary file would repeat it on every line
-            # Translation must survive any bytes: bad UTF-8 is replaced and NUL becomes a space.
-            decoded.append(decode_line(raw.replace(b"\x00", b" "), name, number, errors="replace"))
-        yield decoded
