@@ -426,16 +426,22 @@ def test_reserve_with_separate_vocabularies_serves_a_tagged_corpus_of_the_other_
     _check_tagged(backward, _processor(backward).piece_to_id(TAG), 300, 300)
 
 
+def _untagged_and_tagged(tagged: Path, folder: Path, lines: list[str], *extra: object) -> dict[str, Path]:
+    """The same lines prepared with the vocabulary of `tagged`, without a tag and with TAG."""
+    write_split(folder / "lines", lines, lines)
+    write_split(folder / "valid", lines[:5], lines[:5])
+    made = {}
+    for tag in ("", TAG):
+        made[tag] = folder / f"data{tag}"
+        options = ("--train-tag", tag, "--spm-from", tagged, *extra)
+        assert _prepare(made[tag], folder / "lines", valid=folder / "valid", extra=options) == 0
+    return made
+
+
 def test_a_tag_does_not_decide_which_pairs_are_kept(tagged: Path, tmp_path: Path) -> None:
     short = sentences(50, seed=41, min_words=1, max_words=3)
-    write_split(tmp_path / "short", short, short)
-    write_split(tmp_path / "valid", short[:5], short[:5])
-    kept = {}
-    for tag in ("", TAG):
-        out = tmp_path / f"data{tag}"
-        extra = ("--train-tag", tag, "--spm-from", tagged)
-        assert _prepare(out, tmp_path / "short", valid=tmp_path / "valid", extra=extra) == 0
-        kept[tag] = corpus_io.load_meta(out).splits["train"]["pairs"]
+    made = _untagged_and_tagged(tagged, tmp_path, short)
+    kept = {tag: corpus_io.load_meta(out).splits["train"]["pairs"] for tag, out in made.items()}
     assert kept[""] == len(short)
     assert kept[TAG] == len(short), f"tagging dropped {len(short) - kept[TAG]} of {len(short)} pairs"
 
@@ -444,14 +450,8 @@ def test_the_length_limit_counts_the_tag_as_the_model_reads_it(tagged: Path, tmp
     # nmt train's advice for a sentence over the model's positions is `prepare --max-len N`: a tag
     # let through beyond N would keep it over.
     lines = sentences(200, seed=43, min_words=1, max_words=8)
-    write_split(tmp_path / "mixed", lines, lines)
-    write_split(tmp_path / "valid", lines[:5], lines[:5])
-    longest = {}
-    for tag in ("", TAG):
-        out = tmp_path / f"limited{tag}"
-        extra = ("--train-tag", tag, "--spm-from", tagged, "--max-len", 6)
-        assert _prepare(out, tmp_path / "mixed", valid=tmp_path / "valid", extra=extra) == 0
-        longest[tag] = int(corpus_io.load_split(out, "train").src.lengths().max())
+    made = _untagged_and_tagged(tagged, tmp_path, lines, "--max-len", 6)
+    longest = {tag: int(corpus_io.load_split(out, "train").src.lengths().max()) for tag, out in made.items()}
     assert longest[""] == 6  # sentences at the limit exist, and with their tag they pass it
     assert longest[TAG] <= 6
 
