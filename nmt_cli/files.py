@@ -76,6 +76,23 @@ def write_failure(err: OSError, where: str, option: str | None = None) -> NmtErr
     return RunFailure(f"{where}: cannot write ({reason}); check the disk{elsewhere}")
 
 
+HELD_DESCRIPTORS: set[int] = set()
+"""Standard descriptors that were closed when the process started, now held by /dev/null
+(`hold_closed_standard_descriptors`): no output may be written through them."""
+
+
+def hold_closed_standard_descriptors() -> set[int]:
+    """Put /dev/null on each of descriptors 0-2 that is closed, so that no file opened later takes
+    its number (a library's writes to it would land in that file); returns those descriptors."""
+    held, opened = set(), os.open(os.devnull, os.O_RDWR)
+    while opened <= 2:  # each open takes the lowest free descriptor: the closed ones first
+        held.add(opened)
+        opened = os.open(os.devnull, os.O_RDWR)
+    os.close(opened)
+    HELD_DESCRIPTORS.update(held)
+    return held
+
+
 def output_target(path: Path, name: str) -> tuple[Path, bool]:
     """Where an output the user named goes (`name` is the option, for errors): (the file to
     replace atomically, False), or (the path, True) for a stream (a FIFO, a character device
@@ -91,6 +108,11 @@ def output_target(path: Path, name: str) -> tuple[Path, bool]:
             flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
         except (OSError, OverflowError):
             raise InputError(f"{name} {path}: descriptor {descriptor} is not open") from None
+        if descriptor in HELD_DESCRIPTORS:
+            raise InputError(
+                f"{name} {path}: descriptor {descriptor} was closed when nmt started; leave it open, "
+                "or give a file name"
+            )
         if flags & os.O_ACCMODE == os.O_RDONLY:  # /dev/stdin of a pipe: nothing could be written
             raise InputError(
                 f"{name} {path}: descriptor {descriptor} is open for reading only; give a file name"

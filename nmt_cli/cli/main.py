@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import gc
 import io
-import os
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ import typer
 from nmt_cli.cli.app import app
 from nmt_cli.cli.session import Globals
 from nmt_cli.errors import SettingError, Terminated, describe
+from nmt_cli.files import hold_closed_standard_descriptors
 
 try:  # recent Typer releases ship their own copy of click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
@@ -76,26 +76,32 @@ class _ClosedOutput(io.TextIOBase):
     descriptor would, in one line."""
 
     def write(self, _text: str) -> int:
-        raise OSError(errno.EBADF, "standard output is closed (>&-); leave it open, or give --output FILE")
+        raise OSError(errno.EBADF, "standard output is closed (>&-); leave it open, or redirect it to a file")
 
 
 def _standard_streams() -> None:
     """A process started with a standard descriptor closed (`2>&-`, `<&-`, `>&-`, as some daemons
     and cron jobs run) gets None for its stream: messages would then go to stdout (print's default),
-    into the translations, and the next file opened would take the free descriptor, so that a
-    library's writes to it would land in that file. Each closed descriptor is held by /dev/null:
-    closed stderr discards messages, closed stdin reads as empty input, and writing to closed
-    stdout fails in one line."""
-    held = os.open(os.devnull, os.O_RDWR)
-    while held <= 2:  # each open takes the lowest free descriptor: the closed ones first
-        held = os.open(os.devnull, os.O_RDWR)
-    os.close(held)
+    into the translations. Each closed descriptor is held by /dev/null (`files`): closed stderr
+    discards messages, closed stdin reads as empty input, and writing to closed stdout fails in
+    one line."""
+    try:
+        hold_closed_standard_descriptors()
+    except OSError:  # no /dev/null (a bare chroot) or no descriptor left: in-memory stand-ins
+        pass
     if sys.stderr is None:
-        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's)
+        sys.stderr = _opened(2, "w") or io.StringIO()
     if sys.stdin is None:
-        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdin = _opened(0, "r") or io.StringIO()
     if sys.stdout is None:
         sys.stdout = _ClosedOutput()
+
+
+def _opened(fd: int, mode: str) -> io.TextIOWrapper | None:
+    try:
+        return open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own)
+    except OSError:
+        return None
 
 
 def _terminate(_signum: int, _frame: object) -> None:

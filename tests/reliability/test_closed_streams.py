@@ -58,7 +58,17 @@ def test_with_stdout_closed_writing_is_one_line_and_exit_1(tmp_path: Path) -> No
     done = started_without(1, nmt_command("score", "--ref", ref, "--hyp", ref))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert (
-        done.stderr == "nmt: error: standard output is closed (>&-); leave it open, or give --output FILE\n"
+        done.stderr
+        == "nmt: error: standard output is closed (>&-); leave it open, or redirect it to a file\n"
+    )
+
+
+def test_with_stdout_closed_an_output_through_it_is_refused_before_any_work(tmp_path: Path) -> None:
+    # /dev/stdout would lead to the /dev/null that holds the closed descriptor: output lost, exit 0.
+    done = started_without(1, nmt_command("translate", "-m", tmp_path / "model.pt", "-o", "/dev/stdout"))
+    assert done.returncode == 2 and done.stderr == (
+        "nmt: error: --output /dev/stdout: descriptor 1 was closed when nmt started; leave it open, or "
+        "give a file name\n"
     )
 
 
