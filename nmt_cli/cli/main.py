@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import traceback
+import typing
 
 import typer
 
@@ -97,9 +98,9 @@ def _standard_streams() -> None:
         sys.stdout = _ClosedOutput()
 
 
-def _opened(fd: int, mode: str) -> io.TextIOWrapper | None:
+def _opened(fd: int, mode: str) -> typing.TextIO | None:
     try:
-        return open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own)
+        return typing.cast(typing.TextIO, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115
     except OSError:
         return None
 
