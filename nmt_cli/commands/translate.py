@@ -188,8 +188,8 @@ def _constrained_results(translator: Translator, settings: DecodeSettings, lines
 
 
 def _html_results(translator: Translator, settings: DecodeSettings, fragments: list[str]) -> list[Result]:
-    # A line break or tab that a reference (&#10;) put into text or an attribute is written as one
-    # again, not turned into a space as in plain text: <pre> code keeps its lines.
+    # A line break that a reference (&#10;) put into text or an attribute is written as one again,
+    # not turned into a space as in plain text: <pre> code keeps its lines.
     return [
         Result([(text.translate(HTML_ONE_LINE), 0.0)])
         for text in translator.translate_markup(fragments, settings)
@@ -275,8 +275,10 @@ def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) ->
 
 ONE_LINE = dict.fromkeys(map(ord, "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), " ")
 """A tab and what str.splitlines() breaks a line at, as spaces."""
-HTML_ONE_LINE = {code: f"&#{code};" for code in ONE_LINE}
-"""The same characters as HTML character references, which read back as they were."""
+HTML_ONE_LINE = {**ONE_LINE, ord("\n"): "&#10;", ord("\r"): "&#13;"}
+"""For HTML, a line break as a character reference, which reads back as it was. It can only come
+from a reference in text or an attribute: a raw one would have ended the input line, and inside
+<script>, <style> or a comment a reference is not read. A tab, raw there or not, is a space."""
 
 
 def _translate_stream(

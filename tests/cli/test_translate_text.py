@@ -88,18 +88,20 @@ def test_html_without_lxml_is_refused_before_the_model_is_loaded(
     assert "lxml" in error and "nmt-cli[html]" in error
 
 
-def test_html_keeps_line_breaks_and_tabs_of_code_and_attributes_as_references(
+def test_html_keeps_line_breaks_of_code_and_attributes_as_references(
     trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     html = pytest.importorskip("lxml.html")
     source, out = tmp_path / "in.html", tmp_path / "out.html"
-    source.write_text(
-        '<pre>def f():&#10;\treturn 1</pre><p title="a&#10;b">apple river</p>\n', encoding="utf-8"
+    fragment = (
+        '<pre>def f():&#10;  return 1</pre><p title="a&#10;b">apple river</p><script>if (a)\tf();</script>'
     )
+    source.write_text(fragment + "\n", encoding="utf-8")
     args = ["-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", out, "--format", "html"]
     assert nmt(*args, "--threads", 1) == 0
     written = out.read_text(encoding="utf-8")
     assert written.count("\n") == 1 and "\t" not in written  # one line a fragment, as given
     page = html.fragment_fromstring(written, create_parent="div")
-    assert page.find("pre").text == "def f():\n\treturn 1"  # a space before: lines of code joined
+    assert page.find("pre").text == "def f():\n  return 1"  # not a space: lines of code joined
     assert page.find("p").get("title") == "a\nb" and page.find("p").text_content() == "apple river"
+    assert page.find("script").text == "if (a) f();"  # no reference where none is read: a space
