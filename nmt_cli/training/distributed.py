@@ -194,15 +194,13 @@ def check_same(value: object, what: str, world: World) -> None:
 
 def lost_peer(err: BaseException, world: World) -> str:
     """What a collective that failed because another process is gone says, in a few words (gloo:
-    "Connection closed by peer [host]:port"); "" for any other error. A process that dies (even by
-    SIGKILL) closes its connections, so the others fail in their next collective instead of waiting."""
+    "Connection closed by peer [host]:port"); "" for any other error, which keeps its own words
+    (a CUDA out-of-memory inside NCCL is this process's failure). A process that dies, even by
+    SIGKILL, closes its connections, so the others fail in their next collective, never wait."""
     if not world.distributed or not isinstance(err, RuntimeError):
         return ""
-    text = str(err)
-    if not (isinstance(err, dist.DistError) or re.search(r"gloo|NCCL|[Cc]onnection (closed|reset)", text)):
-        return ""
-    said = re.search(r"\] ([A-Z][^\n]*?)\.(?:\s|$)", text)  # gloo: "[file.cc:553] What happened. Advice"
-    return said.group(1) if said else text.strip().splitlines()[0][:200]
+    said = re.search(r"Connection (?:closed|reset|refused)[^\n]*", str(err))
+    return said.group(0).rstrip(". ") if said else ""
 
 
 def barrier(world: World, device: torch.device) -> None:

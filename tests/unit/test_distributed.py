@@ -23,7 +23,7 @@ from nmt_cli.data import corpus
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.demo import make_corpus
 from nmt_cli.errors import InputError
-from nmt_cli.training.distributed import World, from_env, target_tokens, update_share
+from nmt_cli.training.distributed import World, from_env, lost_peer, target_tokens, update_share
 from nmt_cli.user_settings import PrepareConfig
 
 TINY = [
@@ -267,3 +267,23 @@ def test_rank_0_decides_the_cpu_precision_for_all(data_dir: Path, tmp_path: Path
     _finish(_nmt_train(data_dir, run, overrides, 2, program=(str(program),)))
     assert 'precision = "fp32"' in (run / "config.toml").read_text()
     assert _state(run, 1)["config"]["train"]["precision"] == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("error", "size", "said"),
+    [
+        (
+            RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:41234"),
+            2,
+            "Connection closed by peer [127.0.0.1]:41234",
+        ),
+        (RuntimeError("Connection reset by peer"), 2, "Connection reset by peer"),
+        # This process's own failure inside NCCL keeps its words: no peer is to blame.
+        (dist.DistBackendError("NCCL error: unhandled cuda error\nCuda failure 'out of memory'"), 2, ""),
+        (RuntimeError("Connection closed by peer"), 1, ""),  # one process: no peer
+        (ValueError("Connection closed"), 2, ""),
+    ],
+    ids=["gloo closed", "reset", "nccl oom", "one process", "not a runtime error"],
+)
+def test_only_a_closed_connection_is_taken_for_a_lost_process(error: Exception, size: int, said: str) -> None:
+    assert lost_peer(error, World(rank=0, size=size, local_rank=0)) == said
