@@ -120,6 +120,8 @@ class WorkerPool:
     def _submit(self, calls: list[tuple[list[Any], Any]]) -> tuple[ProcessPoolExecutor, list[Future]]:
         """The calls queued on the current pool; a pool broken while idle is replaced first."""
         with self._lock:
+            if self._closed:  # the executor would say "cannot schedule new futures after shutdown"
+                raise WorkerDied("the decoding workers were closed; these lines were not translated")
             try:
                 return self._executor, [self._executor.submit(_run, *call) for call in calls]
             except BrokenProcessPool:

@@ -164,6 +164,8 @@ def test_a_pool_closed_during_a_call_fails_it_and_starts_no_new_workers(tmp_path
     caller.join(30)
     assert not caller.is_alive() and len(failure) == 1 and isinstance(failure[0], WorkerDied)
     assert multiprocessing.active_children() == [] and pool.restarts == 0 and not pool.heal()
+    with pytest.raises(WorkerDied, match="^the decoding workers were closed"):
+        pool.map(["c"], None)  # a later call: one clear error
 
 
 def test_a_worker_that_dies_idle_costs_no_call() -> None:
