@@ -92,8 +92,8 @@ def run(
             f"training {reason}; checkpoints in {out / 'checkpoints'}: run the same command to resume",
             exit_code=128 + signal.Signals[signalled.group(1)].value,
         )
-    stopped = "" if reason.startswith("nothing to do") else "training stopped: "  # nothing ran to stop
-    reporter.info(f"{stopped}{reason}; checkpoints in {out / 'checkpoints'}")
+    said = "" if reason.startswith("nothing to do") else "training stopped: "  # nothing ran to stop
+    reporter.info(f"{said}{reason}; checkpoints in {out / 'checkpoints'}")
 
 
 def _stopped_at_once(stopped: BaseException, out: Path) -> NmtError:
