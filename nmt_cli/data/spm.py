@@ -241,12 +241,11 @@ def worker_processor(side: str) -> sentencepiece.SentencePieceProcessor:
 
 
 class ParallelEncoder:
-    """Maps a function over tasks, in order, in `workers` processes that each hold the
-    source and target processors, with `tokenizers` where given (`processors`; inline when
-    workers == 1). At most two tasks per worker
-    are in flight, so memory stays flat however many tasks there are. A worker that dies
-    fails the map with WorkerDied (a ProcessPoolExecutor notices; a multiprocessing.Pool
-    would wait for the lost task forever)."""
+    """Maps a function over tasks, in order, in `workers` processes that each hold the source and
+    target processors, with `tokenizers` where given (`processors`; inline when workers == 1). At
+    most two tasks per worker are in flight, so memory stays flat however many tasks there are. A
+    worker that dies fails the map with WorkerDied (a ProcessPoolExecutor notices; a
+    multiprocessing.Pool would wait for the lost task forever)."""
 
     def __init__(
         self, models: tuple[bytes, bytes], workers: int, tokenizers: Tokenizers | None = None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from nmt_cli.config import RunConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.data.prefetch import Ahead
+from nmt_cli.data.spm import Tokenizers
 from nmt_cli.errors import RunFailure
 from nmt_cli.files import replace_with_link
 from nmt_cli.model import Transformer
@@ -51,7 +52,7 @@ class Session:
     """(source, target) of the corpus, recorded in every checkpoint."""
     run_dir: Path
     spm_models: dict[str, bytes]
-    tokenizers: dict[str, dict[str, Any]] | None
+    tokenizers: Tokenizers | None
     """How the data's text was read besides `spm_models` (an imported model's language codes):
     recorded in every checkpoint, as translation must read text alike."""
     device: torch.device
