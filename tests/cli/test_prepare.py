@@ -415,12 +415,14 @@ def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(
     monkeypatch.setattr(prepare_command, "CHUNK", 16)  # many tasks: some are in flight at the kill
     write = corpus.SideWriter.write
     killed: list[object] = []  # the worker killed
+    # Workers of an earlier test's pool (left to the collector) may still be alive: kill prepare's.
+    others = set(multiprocessing.active_children())
 
     def write_after_killing_a_worker(
         self: corpus.SideWriter, tokens: np.ndarray, lengths: np.ndarray
     ) -> None:
         if not killed:
-            worker = multiprocessing.active_children()[0]
+            worker = next(c for c in multiprocessing.active_children() if c not in others)
             worker.kill()  # as the out-of-memory killer would
             worker.join(30)
             killed.append(worker)
