@@ -102,11 +102,20 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         return "interrupted", 130
     if isinstance(exc, Terminated):
         return "terminated by SIGTERM", 143
-    if isinstance(exc, MemoryError):
-        return "out of memory; use smaller batches (--batch-tokens, train.max_tokens)", 1
+    if isinstance(exc, MemoryError) or _torch_out_of_memory(exc):
+        return "out of memory; use smaller batches (--batch-tokens, train.max_tokens) or a smaller model", 1
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror or exc}{where}", 1
     if isinstance(exc, Exception):
         return f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 1
     return None
+
+
+def _torch_out_of_memory(exc: BaseException) -> bool:
+    """torch's allocators raise RuntimeErrors, not MemoryError: torch.OutOfMemoryError on a GPU,
+    a plain one from the CPU allocator (a recipe's model or batch larger than the memory). Told
+    by name and words, so that this module needs no torch."""
+    return isinstance(exc, RuntimeError) and (
+        type(exc).__name__ == "OutOfMemoryError" or "DefaultCPUAllocator: can't allocate memory" in str(exc)
+    )

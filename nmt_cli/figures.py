@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import output_file
+from nmt_cli.errors import InputError
+from nmt_cli.files import output_file, write_failure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -51,5 +51,5 @@ def save_figure(figure: Figure, path: Path, name: str = "--output") -> None:
     try:
         with output_file(path, name, binary=True) as stream:
             figure.savefig(stream, format=fmt)
-    except OSError as err:
-        raise RunFailure(f"{path}: cannot write ({err.strerror or err})") from None
+    except OSError as err:  # exit 2 where the place is at fault (permissions), 1 for a full disk
+        raise write_failure(err, f"{name} {path}", name) from None

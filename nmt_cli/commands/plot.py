@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -27,7 +27,7 @@ from rich.text import Text
 
 from nmt_cli.errors import InputError
 from nmt_cli.figures import check_picture_path, new_figure, require_matplotlib, save_figure
-from nmt_cli.files import output_target
+from nmt_cli.files import not_an_input, output_target
 from nmt_cli.report import Reporter
 
 if TYPE_CHECKING:
@@ -36,7 +36,22 @@ if TYPE_CHECKING:
 CURVES_SIZE = (11.0, 7.5)  # inches: 1100 x 750 pixels at DPI
 X_AXES = ("update", "wall")
 COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
-TRAIN_MARKS, VALID_MARKS = "•+x*", "◆#X@"
+
+
+@dataclass(frozen=True)
+class Glyphs:
+    """The characters of the terminal chart: marks of each run's train and valid loss, and the frame."""
+
+    train: str = "•+x*"
+    valid: str = "◆#X@"
+    tick: str = "┤"
+    rule: str = "│"
+    corner: str = "└"
+    line: str = "─"
+
+
+UNICODE = Glyphs()
+ASCII = Glyphs(".+x*", "o#X@", "+", "|", "+", "-")  # for a stdout whose encoding is not UTF-8
 
 
 @dataclass
@@ -53,11 +68,19 @@ def read_run(path: Path) -> Run:
     metrics = path / "metrics.jsonl" if path.is_dir() else path
     if not path.exists():
         raise InputError(f"{path}: no such run directory")
+    label = shown((path if path.is_dir() else path.parent).resolve().name or str(path))
+    if not metrics.exists() and (path / "config.toml").is_file():
+        return Run(label, [], [])  # `nmt train` writes config.toml at once, metrics.jsonl at its first log
     if not metrics.is_file():
         raise InputError(f"{path}: no metrics.jsonl here; expected the --out directory of `nmt train`")
     records, left_out = _records(metrics)
-    label = (path if path.is_dir() else path.parent).resolve().name or str(path)
     return Run(label, _latest(records, "train"), _latest(records, "valid"), left_out)
+
+
+def shown(name: str) -> str:
+    """A file name as text that fonts and streams take: bytes that are not UTF-8 (os.fsdecode's
+    surrogates, which matplotlib refuses) as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _records(metrics: Path) -> tuple[list[dict], tuple[int, ...]]:
@@ -83,7 +106,8 @@ def _plottable(record: dict) -> bool:
     """A record whose numbers a figure can hold: finite and of a sane size (a damaged or
     hand-edited line with 1e308 would overflow the axes); others are left out like cut lines."""
     numbers = [v for v in record.values() if isinstance(v, int | float) and not isinstance(v, bool)]
-    return all(math.isfinite(v) and abs(v) < 1e100 for v in numbers)
+    # A comparison, not math.isfinite: that overflows on an integer too large for a float.
+    return all(abs(v) < 1e100 for v in numbers)  # False for NaN and infinities too
 
 
 def _latest(records: list[dict], kind: str) -> list[dict]:
@@ -91,7 +115,7 @@ def _latest(records: list[dict], kind: str) -> list[dict]:
     last checkpoint: a record supersedes the earlier ones at the same or later updates."""
     kept: list[dict] = []
     for record in records:
-        if record.get("type") != kind or not isinstance(record.get("update"), int | float):
+        if record.get("type") != kind or not _finite(record.get("update")):  # true is no update
             continue
         while kept and kept[-1]["update"] >= record["update"]:
             kept.pop()
@@ -172,13 +196,15 @@ def curves_figure(runs: list[Run], x_axis: XAxis) -> Figure:
     return figure
 
 
-def terminal_chart(runs: list[Run], x_axis: XAxis, width: int, height: int = 16) -> Text:
+def terminal_chart(
+    runs: list[Run], x_axis: XAxis, width: int, height: int = 16, glyphs: Glyphs = UNICODE
+) -> Text:
     """The loss curves as text: train loss a line of dots, valid loss a mark per validation."""
     lines: list[tuple[list[float], list[float], str, str, bool]] = []
     for i, run in enumerate(runs):
         colour = COLOURS[i % len(COLOURS)]
-        lines.append((*series(run.train, "loss", x_axis), TRAIN_MARKS[i % 4], colour, True))
-        lines.append((*series(run.valid, "loss", x_axis), VALID_MARKS[i % 4], colour, False))
+        lines.append((*series(run.train, "loss", x_axis), glyphs.train[i % 4], colour, True))
+        lines.append((*series(run.valid, "loss", x_axis), glyphs.valid[i % 4], colour, False))
     all_x = [x for xs, *_ in lines for x in xs]
     all_y = [y for _, ys, *_ in lines for y in ys]
     if not all_x:
@@ -203,34 +229,36 @@ def terminal_chart(runs: list[Run], x_axis: XAxis, width: int, height: int = 16)
         else:
             for x, y in zip(xs, ys, strict=True):
                 mark(_column(x, x0, x1, width), y, char, colour)
-    return _frame(runs, grid, (x0, x1, y0, y1), x_axis)
+    return _frame(runs, grid, (x0, x1, y0, y1), x_axis, glyphs)
 
 
 def _column(x: float, x0: float, x1: float, width: int) -> int:
     return round((x - x0) / (x1 - x0) * (width - 1)) if x1 > x0 else 0
 
 
-def _frame(runs: list[Run], grid: list[list[tuple[str, str]]], bounds: tuple, x_axis: XAxis) -> Text:
+def _frame(
+    runs: list[Run], grid: list[list[tuple[str, str]]], bounds: tuple, x_axis: XAxis, glyphs: Glyphs
+) -> Text:
     """Axes, tick values and a legend around the grid of marks."""
     x0, x1, y0, y1 = bounds
     height, width = len(grid), len(grid[0])
     text = Text(f"loss per target token against {x_axis.label}\n", style="bold")
     for row, cells in enumerate(grid):
         y = y1 - row * (y1 - y0) / (height - 1)
-        label = f"{y:>9.3g} ┤" if row in (0, height // 2, height - 1) else " " * 10 + "│"
+        label = f"{y:>9.3g} {glyphs.tick}" if row in (0, height // 2, height - 1) else " " * 10 + glyphs.rule
         text.append(label)
         for char, colour in cells:
             text.append(char, style=colour or None)
         text.append("\n")
-    text.append(" " * 10 + "└" + "─" * width + "\n")
+    text.append(" " * 10 + glyphs.corner + glyphs.line * width + "\n")
     left, right = _tick(x0, x_axis), _tick(x1, x_axis)
     text.append(" " * 11 + left + right.rjust(width - len(left)) + "\n")
     for i, run in enumerate(runs):
         colour = COLOURS[i % len(COLOURS)]
         text.append(" " * 11)
-        text.append(TRAIN_MARKS[i % 4], style=colour)
+        text.append(glyphs.train[i % 4], style=colour)
         text.append(" train  ")
-        text.append(VALID_MARKS[i % 4], style=colour)
+        text.append(glyphs.valid[i % 4], style=colour)
         text.append(f" valid  {run.label}\n")
     return text
 
@@ -270,7 +298,7 @@ def _labelled(runs: Iterable[Run], paths: list[Path]) -> list[Run]:
     names = [run.label for run in runs]
     for run, path in zip(runs, paths, strict=True):
         if names.count(run.label) > 1:
-            run.label = str(path)
+            run.label = shown(str(path))
     return runs
 
 
@@ -283,6 +311,7 @@ def run(run_dirs: list[Path], output: Path | None, terminal: bool, x_axis: str, 
     if output is not None:
         check_picture_path(output)
         output_target(output, "--output")  # a directory or a missing parent, before the work
+        not_an_input(output, [p / "metrics.jsonl" if p.is_dir() else p for p in run_dirs], "--output")
         require_matplotlib()  # before reading anything: the one-line hint comes first
     runs = []
     for run_dir, one in zip(run_dirs, _labelled([read_run(p) for p in run_dirs], run_dirs), strict=True):
@@ -301,8 +330,12 @@ def run(run_dirs: list[Path], output: Path | None, terminal: bool, x_axis: str, 
     axis = x_axis_for(x_axis, runs)
     if terminal:
         console = Console(highlight=False)
-        console.print(terminal_chart(runs, axis, width=max(20, min(console.width - 12, 120))))
-        console.print(summary_table(runs))
+        printed, glyphs = runs, UNICODE
+        if console.options.ascii_only:  # stdout is not UTF-8: ASCII only, as rich's tables turn
+            printed = [replace(r, label=r.label.encode("ascii", "backslashreplace").decode()) for r in runs]
+            glyphs = ASCII
+        console.print(terminal_chart(printed, axis, max(20, min(console.width - 12, 120)), glyphs=glyphs))
+        console.print(summary_table(printed))
     if output is not None:
         save_figure(curves_figure(runs, axis), output)
         reporter.info(f"wrote {output}")

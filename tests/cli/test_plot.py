@@ -6,16 +6,21 @@ one picture per non-blank input line, layer/head choices checked."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import json
 import math
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import TrainedRun, nmt, sentences
 
-from nmt_cli import figures
+from nmt_cli import figures, files
 from nmt_cli.commands import plot
 
 CURVE_LABELS = ["loss per target token", "BLEU", "learning rate", "tokens/s"]
@@ -314,3 +319,115 @@ def test_attend_reads_a_nul_and_an_over_long_line_as_translate_does(
     captured = capsys.readouterr()
     assert captured.out == translated.read_text(encoding="utf-8")
     assert "1 input lines were longer" in captured.err
+
+
+def test_a_number_too_large_for_a_float_is_left_out_and_a_boolean_is_no_update(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    write_metrics(run_dir, last=400, cut_short=False)
+    with (run_dir / "metrics.jsonl").open("a") as f:
+        f.write('{"type": "train", "update": 450, "loss": 1' + "0" * 400 + "}\n")
+        f.write(json.dumps(train_record(100) | {"update": True, "loss": 0.5}) + "\n")
+    run = plot.read_run(run_dir)
+    assert [r["update"] for r in run.train] == list(range(50, 401, 50))  # true did not supersede them
+    assert run.left_out == (11,)  # 8 train and 2 valid records before it
+    capsys.readouterr()
+    assert nmt("plot", run_dir, "--terminal") == 0
+    assert "left out 1 line(s) of metrics.jsonl" in capsys.readouterr().err
+
+
+def test_a_run_that_has_not_logged_yet_is_left_out_of_a_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_metrics(tmp_path / "old")
+    started = tmp_path / "new"  # what `nmt train` has written before its first log
+    (started / "checkpoints").mkdir(parents=True)
+    (started / "config.toml").write_text("[model]\n", encoding="utf-8")
+    capsys.readouterr()
+    assert nmt("plot", tmp_path / "old", started, "--terminal") == 0
+    captured = capsys.readouterr()
+    assert f"warning: {started}: no training records yet; left out" in captured.err.replace("\n", "")
+    assert "old" in captured.out
+    assert nmt("-q", "plot", started, "--terminal") == 2
+    assert capsys.readouterr().err == f"nmt: error: no training records yet in {started}\n"
+
+
+def test_the_terminal_chart_is_ascii_where_stdout_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_metrics(tmp_path / "Läufe")
+    write_metrics(tmp_path / "b", last=600)
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # as under LANG=C or PYTHONIOENCODING=ascii
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert nmt("-q", "plot", tmp_path / "Läufe", tmp_path / "b", "--terminal") == 0
+    ascii_out.flush()
+    out = ascii_out.buffer.getvalue().decode("ascii")
+    rows = [line for line in out.splitlines() if len(line) > 11 and line[10] in "+|"]
+    assert len(rows) == 17  # 16 rows of the chart and the x axis
+    assert rows[0][11] == "+"  # train loss, highest at the first update (run b drawn over the first)
+    assert ". train  o valid  L\\xe4ufe" in out and "+ train  # valid  b" in out
+
+
+@pytest.mark.parametrize(
+    "error,code,said",
+    [
+        (errno.EACCES, 2, "check the permissions of its directory or choose another --output"),
+        (errno.EROFS, 2, "choose another --output"),
+        (errno.ENOSPC, 1, "free some disk space or choose another --output"),
+    ],
+)
+def test_a_picture_that_cannot_be_written_gets_the_exit_code_of_its_cause(
+    error: int,
+    code: int,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As `translate -o` and `average -o`: 2 where the place is at fault (a read-only directory,
+    which root, running these tests, cannot make), 1 where the disk is."""
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path / "run")
+
+    @contextlib.contextmanager
+    def refused(path: Path, binary: bool = False, durable: bool = False) -> Iterator[None]:
+        raise OSError(error, os.strerror(error))
+        yield
+
+    monkeypatch.setattr(files, "atomic_write", refused)
+    out = tmp_path / "curves.png"
+    capsys.readouterr()
+    assert nmt("-q", "plot", tmp_path / "run", "-o", out) == code
+    assert (
+        capsys.readouterr().err
+        == f"nmt: error: --output {out}: cannot write ({os.strerror(error)}); {said}\n"
+    )
+    assert not out.exists()
+
+
+def test_a_run_directory_whose_name_is_not_utf8_is_labelled_with_escapes(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run_dir = tmp_path / os.fsdecode(b"run\xff")
+    write_metrics(run_dir)
+    assert plot.read_run(run_dir).label == "run\\xff"
+    out = tmp_path / "curves.png"
+    assert nmt("-q", "plot", run_dir, "-o", out) == 0  # matplotlib's fonts refuse the surrogate
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_output_that_is_a_run_s_metrics_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_metrics(tmp_path / "run")
+    before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    link = tmp_path / "curves.svg"
+    link.symlink_to(tmp_path / "run" / "metrics.jsonl")
+    capsys.readouterr()
+    assert nmt("-q", "plot", tmp_path / "run", "-o", link) == 2
+    said = (
+        f"nmt: error: --output {link}: is an input of this command (as {tmp_path / 'run' / 'metrics.jsonl'})"
+    )
+    assert capsys.readouterr().err.startswith(said)
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
