@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
 from lxml import html
-from lxml.etree import ParserError, _Element
+from lxml.etree import _Element
 
 from nmt_cli.decoding.alignment import Alignment
-from nmt_cli.errors import InputError
+from nmt_cli.decoding.html_parsing import NOT_XML, MarkupError, parsed_body
+
+__all__ = ["MarkupError", "Parsed", "translate_fragments"]
 
 Translate = Callable[[list[str]], list[tuple[str, Alignment]]]
 """Texts in, (translation, word alignment) out."""
@@ -41,13 +43,6 @@ KEPT = frozenset(
 )
 """Elements whose content is not text to translate."""
 URL = re.compile(r"^\s*(https?://|www\.)\S+\s*$")
-NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF], " ")
-"""Characters an HTML parser lets through but an lxml tree cannot hold: read as spaces, as HTML
-reads a form feed."""
-
-
-class MarkupError(InputError):
-    """HTML the parser cannot make a document of."""
 
 
 @dataclass
@@ -144,7 +139,7 @@ def _events(fragment: str) -> list[Event]:
     """The fragment as events, with each unit's text and inline markup gathered into one "unit"."""
     # Lone surrogates become "?" (as `Translator` reads lines): lxml would drop the text after one.
     fragment = fragment.encode("utf-8", "replace").decode("utf-8").translate(NOT_XML)
-    root = _body(fragment) if fragment.strip() else None
+    root = parsed_body(fragment) if fragment.strip() else None
     if root is None:
         return [("text", fragment)]
     events: list[Event] = []
@@ -187,16 +182,6 @@ def _events(fragment: str) -> list[Event]:
 
     walk(root)
     return events
-
-
-def _body(fragment: str) -> _Element | None:
-    """The fragment parsed as the body of a page, as a browser parses it: a tag left unfinished at
-    the end is dropped. (lxml's fragment_fromstring closes the page after the fragment, and such a
-    tag took "</body></html>" in as its name and attributes: "<p" became <p< body>.)"""
-    try:
-        return html.document_fromstring("<html><body>" + fragment).find("body")
-    except (ParserError, ValueError) as err:
-        raise MarkupError(f"not HTML that can be parsed ({err})") from None
 
 
 @dataclass

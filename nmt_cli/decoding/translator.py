@@ -204,10 +204,10 @@ class Translator:
         constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[Hypotheses]:
-        """Up to `nbest` (text, score) hypotheses per line, best first; an empty line gets one
-        empty hypothesis. The settings (default: the recipe's, the beam raised to `nbest` when not
-        given; `sampling` draws one hypothesis per line instead of searching) apply to this call
-        only; one out of range, or in conflict with another, raises `SettingError`. A line of
+        """`nbest` (text, score) hypotheses per line, best first; past those found (an empty line:
+        one, "" scored 0.0), "" scored -inf. The settings (default: the recipe's, the beam raised
+        to `nbest` when not given; `sampling` draws one hypothesis a line instead) apply to this
+        call only; one out of range, or in conflict with another, raises `SettingError`. A line of
         several sentences gets as its i-th hypothesis the i-th of each sentence, joined, scored by
         their mean. `constraints`, `glossary=` and `ordered_constraints=` as `translate` takes them."""
         lines = text_lines(lines, "translate_nbest")
@@ -262,10 +262,10 @@ class Translator:
         if constraints is not None or settings.glossary is not None:
             units = self.constrained(lines, settings, constraints)
             settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
-        if self._pool is None:
+        if (pool := self._pool) is None or pool.forked():  # read once: close() may clear it meanwhile
             with self._lock:
                 return self._translate(units, settings)
-        results, truncated = self._pool.map(units, settings)
+        results, truncated = pool.map(units, settings)
         with self._lock:
             self.truncated += truncated
         return results

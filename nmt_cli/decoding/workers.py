@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -68,6 +68,7 @@ class WorkerPool:
         self._close_fds = open_descriptors(close_fds)
         self._lock = threading.Lock()
         self._closed = False
+        self._owner = os.getpid()  # a copy of the pool in a process forked from this one has no workers
         self._executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -94,7 +95,10 @@ class WorkerPool:
 
     def map(self, lines: list[Any], settings: Any) -> tuple[list[Any], int]:
         """`work` over all lines, split among the workers: results in input order, counts summed.
-        Safe to call from several threads at once. Raises WorkerDied if a worker dies meanwhile."""
+        Safe to call from several threads at once. Raises WorkerDied if a worker dies meanwhile.
+        Not in a process forked from the pool's (`forked`): the workers answer only their parent."""
+        if self.forked():  # the call would wait forever
+            raise WorkerDied(f"these decoding workers belong to process {self._owner}, not to its fork")
         by_length = sorted(range(len(lines)), key=lambda i: len(lines[i]))
         # A few lines go to one worker whole: splitting them would not make the steps of a search
         # fewer, and it would keep the other worker from a concurrent caller's lines (nmt serve).
@@ -103,10 +107,16 @@ class WorkerPool:
         executor, futures = self._submit([([lines[i] for i in part], settings) for part in parts])
         try:
             answers = [future.result() for future in futures]
-        except BrokenProcessPool:
+        except (BrokenProcessPool, CancelledError):  # cancelled: queued when the pool was stopped
             with self._lock:
-                if self._executor is executor:  # the first caller to see it starts a new pool
+                closed = self._closed
+                if not closed and self._executor is executor:  # the first caller to see it restarts
                     self._restart()
+            if closed:  # its workers were ended on purpose: no process died
+                raise WorkerDied(
+                    "the decoding workers were closed (close() or start_workers()) during this call; "
+                    "these lines were not translated"
+                ) from None
             raise WorkerDied(
                 "a decoding worker process died (killed, or out of memory?) while translating; "
                 "these lines were not translated"
@@ -139,20 +149,28 @@ class WorkerPool:
         """Replace the pool now if a worker has died (a pool with a dead worker is broken: it
         would fail the next call), rather than at the next call; whether it was replaced."""
         with self._lock:
-            if self._closed or self.alive() == self.workers:
+            if self._closed or self.forked() or self.alive() == self.workers:
                 return False
             self._restart()
             return True
 
+    def forked(self) -> bool:
+        """Whether this is a copy of the pool in a process forked from its own (a user's fork)."""
+        return os.getpid() != self._owner
+
     def alive(self) -> int:
-        """Worker processes alive now (a dead one is replaced at the next call)."""
+        """Worker processes alive now (a dead one is replaced at the next call); none in a process
+        forked from the pool's."""
+        if self.forked():
+            return 0
         processes = getattr(self._executor, "_processes", None) or {}  # None once broken
         return sum(process.is_alive() for process in list(processes.values()))
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            _stop(self._executor)
+            if not self.forked():  # a forked copy must not end the workers of its parent
+                _stop(self._executor)
 
 
 def open_descriptors(close_fds: object) -> tuple[int, ...]:

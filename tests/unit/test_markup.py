@@ -171,3 +171,27 @@ def test_nested_elements_are_read_in_time_polynomial_in_their_depth(monkeypatch:
         (out,) = translate_fragments([f"<{tag}>" * 16 + "x" + f"</{tag}>" * 16 + " y"], upper)
         assert out == f"<{tag}>" * 16 + "X" + f"</{tag}>" * 16 + " Y"
         assert len(calls) < 1_000
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        "<div>" * 300 + "A dog." + "</div>" * 300 + "<p>A cat.</p>",
+        "<pre>" + "x" * 11_000_000 + "</pre><p>A cat.</p>",
+        '<p title="' + "x" * 11_000_000 + '">A cat.</p>',
+    ],
+    ids=["nested 300 deep", "a 11 MB text", "a 11 MB attribute"],
+)
+def test_html_the_parser_stops_reading_part_way_is_refused_not_cut(fragment: str) -> None:
+    # lxml's parser stops at its limits and returns what it read so far: "A cat." (and with 300
+    # nested <div>, "A dog." too) came back as nothing at all, without an error.
+    with pytest.raises(markup.MarkupError, match="stops reading part way") as raised:
+        translate_fragments([fragment], upper)
+    assert "\n" not in str(raised.value)
+
+
+def test_nesting_below_the_parsers_limit_keeps_every_element() -> None:
+    fragment = "<span>" * 250 + "a dog." + "</span>" * 250 + "<p>a cat.</p>"
+    assert translate_fragments([fragment], upper) == [
+        "<span>" * 250 + "A DOG." + "</span>" * 250 + "<p>A CAT.</p>"
+    ]

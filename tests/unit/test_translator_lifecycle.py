@@ -10,6 +10,7 @@ import multiprocessing
 import pickle
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from conftest import TrainedRun, one_thread, wait_until
@@ -98,6 +99,35 @@ def test_a_refused_start_keeps_the_workers_already_running(translator: Translato
     with pytest.raises(SettingError):
         translator.start_workers(2, close_fds=[99999])
     assert translator.workers == 2 and children() == running
+
+
+def _in_the_fork(translator: Translator, answers: Any) -> None:
+    try:
+        answers.put(("translated", translator.translate(["apple river", "green"])))
+        translator.close()  # the fork's copy of the workers: the parent's must keep running
+        answers.put(("closed", None))
+    except BaseException as err:  # noqa: BLE001  (the parent names whatever it was)
+        answers.put(("failed", repr(err)))
+
+
+@needs_fork
+def test_a_process_forked_from_one_with_workers_translates_in_itself(translator: Translator) -> None:
+    # The workers answer only the process that started them: a translate in a fork (a user's
+    # multiprocessing pool) waited forever, and its close() would have ended the parent's workers.
+    translator.start_workers(2)
+    workers = children()
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    fork = context.Process(target=_in_the_fork, args=(translator, answers))
+    fork.start()
+    fork.join(120)
+    if fork.is_alive():
+        fork.kill()
+        pytest.fail("the forked process is still translating after 120 s")
+    assert answers.get(timeout=10) == ("translated", ["apple river", "green"])
+    assert answers.get(timeout=10) == ("closed", None)
+    assert children() == workers and translator.workers_alive() == 2
+    assert translator.translate(["green"]) == ["green"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,37 @@
+"""HTML fragments parsed as lxml parses the body of a page, and MarkupError for those it cannot
+read whole. lxml's parser stops at its resource limits (elements nested 256 deep, a text or an
+attribute of 10 MB) and returns the tree it has so far: the rest of the fragment would be lost
+without a word, so such a fragment is refused instead."""
+
+from __future__ import annotations
+
+from lxml import html
+from lxml.etree import ParserError, _Element
+
+from nmt_cli.errors import InputError
+
+NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF], " ")
+"""Characters an HTML parser lets through but an lxml tree cannot hold: read as spaces, as HTML
+reads a form feed."""
+
+
+class MarkupError(InputError):
+    """HTML the parser cannot make a document of."""
+
+
+def parsed_body(fragment: str) -> _Element | None:
+    """The fragment parsed as the body of a page, as a browser parses it: a tag left unfinished at
+    the end is dropped. (lxml's fragment_fromstring closes the page after the fragment, and such a
+    tag took "</body></html>" in as its name and attributes: "<p" became <p< body>.)"""
+    parser = html.HTMLParser()  # one a call: its error log holds this fragment's errors alone
+    try:
+        page = html.document_fromstring("<html><body>" + fragment, parser=parser)
+    except (ParserError, ValueError) as err:
+        raise MarkupError(f"not HTML that can be parsed ({err})") from None
+    fatal = [error.message.strip() for error in parser.error_log if error.level_name == "FATAL"]
+    if fatal:
+        raise MarkupError(
+            f"HTML that the parser stops reading part way ({fatal[0]}), losing the rest; nest "
+            "elements fewer than 256 deep, keep each text and attribute under 10 MB"
+        )
+    return page.find("body")
