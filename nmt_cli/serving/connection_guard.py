@@ -4,6 +4,9 @@ server's connections (uvicorn's limit_concurrency counts open connections, howev
 - a request, headers and body, must arrive within `limits.request_timeout` seconds of the
   connection (or, on a kept-alive connection, of its first byte): a client that sends part of a
   request, or nothing, gets 408 and is closed;
+- a client that reads none of its answer for `limits.request_timeout` seconds is dropped, so
+  that one that stops reading (say after pipelining requests) holds neither a connection nor a
+  stopping server, which waits for every answer to be sent;
 - one client address holds at most `limits.max_client_connections` open connections: the next
   gets 429 and is closed;
 - the server holds at most `limits.max_connections`: past it, the connection without a whole
@@ -43,6 +46,8 @@ class GuardedProtocol(H11Protocol):
     """The server's connections not being closed, oldest first (a dict keeps insertion order)."""
 
     _deadline: asyncio.TimerHandle | None = None
+    _reading_watch: asyncio.TimerHandle | None = None
+    _stopping = False  # the server is shutting down: answers still to come are watched too
     _heard = 0.0  # when the client last sent something (or connected)
     _address: str | None = None
     _refused = False
@@ -83,6 +88,9 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._reading_watch is not None:
+            self._reading_watch.cancel()
+            self._reading_watch = None
         self.live.pop(self, None)
         if self._address is not None:
             self.open_by_client[self._address] -= 1
@@ -90,6 +98,31 @@ class GuardedProtocol(H11Protocol):
                 del self.open_by_client[self._address]
             self._address = None
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_reading()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._stopping = True
+        self._watch_reading()
+
+    def _watch_reading(self) -> None:
+        if self._reading_watch is None:
+            unsent = self.transport.get_write_buffer_size()
+            timeout = self.limits.request_timeout
+            self._reading_watch = self.loop.call_later(timeout, self._check_reading, unsent)
+
+    def _check_reading(self, unsent_before: int) -> None:
+        """Drop the connection if its client has read nothing of what waits to be sent since the
+        watch began; else watch on while an answer waits or the server stops."""
+        self._reading_watch = None
+        unsent = self.transport.get_write_buffer_size()
+        if unsent and unsent == unsent_before:
+            self.transport.abort()
+        elif unsent or self.flow.write_paused or self._stopping:
+            self._watch_reading()
 
     def _refuse_one_too_many(self) -> None:
         message = (

@@ -4,8 +4,9 @@ wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on
     POST /translate  q (a string or a list of strings), source (a language code, or "auto": the
                      served source language the text is in), target, format ("text", or "html":
                      each q an HTML fragment, its markup kept), api_key, alternatives (N more
-                     translations of each text): as a JSON object, as a form (urlencoded or
-                     multipart), or in the query string, as LibreTranslate takes them
+                     translations of each text; an empty list for html, as LibreTranslate
+                     answers): as a JSON object, as a form (urlencoded or multipart), or in the
+                     query string, as LibreTranslate takes them
                      -> {"translatedText": "..."} (a list for a list), with "alternatives" when
                      asked and "detectedLanguage" when the source was "auto" (a list for a list)
     POST /detect     q, api_key -> [{"confidence": 97.5, "language": "en"}, ...], likeliest first
@@ -132,8 +133,6 @@ def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
         raise Refused(
             400, f"Invalid request: alternatives {alternatives!r}: a number from 0 to {MAX_ALTERNATIVES}"
         )
-    if form == "html" and int(alternatives):
-        raise Refused(400, "Invalid request: alternatives are for format text")
     key = data.get("api_key")
     return Request(
         texts, single, str(source), str(target), key if isinstance(key, str) and key else None,

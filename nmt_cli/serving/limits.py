@@ -35,7 +35,8 @@ class ServeLimits:
     """Most lines in one request."""
     request_timeout: float = 10.0
     """Seconds a client has to send a whole request (headers and body) once it connected or
-    began it; then the connection is closed (408 where nothing of the request was answered)."""
+    began it; then the connection is closed (408 where nothing of the request was answered). A
+    client that reads nothing of its answers for as long is dropped too."""
     max_client_connections: int = 32
     """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
 

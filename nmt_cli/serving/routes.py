@@ -144,7 +144,9 @@ async def translate_libretranslate(
     lines = [without_nul(text) for text in asked.texts]
     parsed = parse_fragments(lines) if asked.html else None
     pair, detected = await choose_pair(service, asked.source, asked.target, parsed.texts if parsed else lines)
-    nbest = asked.alternatives + 1 if asked.alternatives else None
+    # HTML gets no alternatives but an empty list, as LibreTranslate answers: its own web page
+    # asks for 3 whatever the format.
+    nbest = asked.alternatives + 1 if asked.alternatives and not asked.html else None
     settings = pair.translator.settings(nbest=nbest, batch_tokens=limits.max_batch_tokens)
     try:  # nmt's extension: a glossary, as nmt's own route takes it
         settings = with_glossary(fields, settings)

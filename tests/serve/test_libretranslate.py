@@ -157,10 +157,6 @@ def test_nmt_requests_name_their_pair_when_several_are_served(
             "Invalid request: alternatives '111",
         ),
         (
-            {"q": "<b>apple</b>", "source": "en", "target": "de", "format": "html", "alternatives": 2},
-            "Invalid request: alternatives are for format text",
-        ),
-        (
             {"q": ["apple", 3], "source": "en", "target": "de"},
             "Invalid request: q must be a string or a list",
         ),

@@ -93,6 +93,20 @@ def test_alternatives_are_the_next_best_distinct_translations(
     assert len(listed["alternatives"]) == 2 and all(isinstance(a, list) for a in listed["alternatives"])
 
 
+def test_html_asked_for_alternatives_gets_an_empty_list_as_from_libretranslate(server: Server) -> None:
+    # LibreTranslate's own web page posts this form (multipart) for text that looks like HTML.
+    form = {"q": "<b>apple</b> river", "source": "auto", "target": "de", "format": "html"}
+    form |= {"alternatives": "3", "api_key": ""}
+    parts = {name: (None, value) for name, value in form.items()}
+    response = httpx.post(server.url + "/translate", files=parts, timeout=60)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["translatedText"] == server.post({**form, "alternatives": 0}).json()["translatedText"]
+    assert body["alternatives"] == []
+    listed = server.post({**form, "q": ["apple", "<i>river</i>"], "alternatives": 2}).json()
+    assert listed["alternatives"] == [[], []]
+
+
 def test_libretranslatepy_detects_the_served_source_languages(server: Server) -> None:
     from libretranslatepy import LibreTranslateAPI
 

@@ -1,13 +1,15 @@
 """Slow and greedy clients against a real `nmt serve`, with real sockets on loopback: a client that
 sends part of a request, or nothing, is answered 408 and closed after --request-timeout; one client
-address holds at most --max-client-connections open connections (the next gets 429); and while
-such clients hold what they may, another client's translations are answered. Every socket is
-bounded in count and time, and closed by the test."""
+address holds at most --max-client-connections open connections (the next gets 429); while
+such clients hold what they may, another client's translations are answered; and a client that
+stops reading its answers is dropped, and cannot keep a stopping server from exiting. Every
+socket is bounded in count and time, and closed by the test."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -193,3 +195,26 @@ def test_a_kept_alive_connection_is_timed_per_request(server: Server) -> None:
             response = client.post(server.url + "/translate", json={"text": ["apple"]})
             assert response.status_code == 200
             time.sleep(TIMEOUT_S * 0.6)  # under uvicorn's 5 s keep-alive
+
+
+def test_a_client_that_stops_reading_is_dropped_and_cannot_hold_a_stopping_server(
+    trained: TrainedRun,
+) -> None:
+    """A client pipelines requests and reads none of the answers: once the server has more to send
+    than the sockets hold, the connection is dropped after --request-timeout, and SIGTERM ends the
+    server (it waits for every answer to be sent, and would wait for this one forever)."""
+    with running_server(trained.checkpoint, "--request-timeout", TIMEOUT_S) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        try:
+            sock.connect(address(server))
+            sock.settimeout(TIMEOUT_S + 10)
+            request = b"GET /" + b"a" * 15_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"  # a 404 naming the path
+            with contextlib.suppress(OSError):  # until the server stops reading, then drops it
+                while True:
+                    sock.sendall(request)
+            assert server.get("/health").status_code == 200
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(60) == 0
+        finally:
+            sock.close()
