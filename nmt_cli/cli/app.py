@@ -272,7 +272,12 @@ def export(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
     format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
-    quantization: Annotated[str, typer.Option(help="Weights: none (fp32), int8, int16, bfloat16.")] = "none",
+    quantization: Annotated[
+        str,
+        typer.Option(
+            help="Weights: none (fp32), int8, int8_float32, int8_bfloat16, int16, float16, bfloat16."
+        ),
+    ] = "none",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
     quiet: opt.Quiet = False,
 ) -> None:

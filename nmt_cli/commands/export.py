@@ -22,7 +22,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import loading
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, Terminated
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.files import hidden_name, own_descriptor, write_failure
 from nmt_cli.report import Reporter
@@ -74,12 +74,7 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     if quantization not in QUANTIZATIONS:
         raise InputError(f"--quantization {quantization}: use one of {', '.join(QUANTIZATIONS)}")
     target = _target(out, force)
-    try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
-        raise InputError(
-            f"export to CTranslate2 needs the ctranslate2 package, an optional extra: {EXTRA}"
-        ) from None
+    _import_ctranslate2()
 
     ckpt = checkpoint.load(model)
     config = ckpt.run_config(model)
@@ -120,6 +115,22 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
             f"its shortlist is {out / VMAP_FILE}: CTranslate2 decodes over it with "
             "translate_batch(..., use_vmap=True)"
         )
+
+
+def _import_ctranslate2() -> None:
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError as err:
+        # Ctrl-C or SIGTERM while its extension initializes reaches us as an ImportError
+        # ("initialization failed", pybind11's wrapping): the stop, not a missing package.
+        cause: BaseException | None = err
+        while cause is not None:
+            if isinstance(cause, (KeyboardInterrupt, Terminated)):
+                raise cause from None
+            cause = cause.__cause__ or cause.__context__
+        raise InputError(
+            f"export to CTranslate2 needs the ctranslate2 package, an optional extra: {EXTRA}"
+        ) from None
 
 
 def _write_companions(staging: Path, models: dict[str, bytes], lengths: dict[str, Any]) -> None:
@@ -189,13 +200,20 @@ def _target(out: Path, force: bool) -> Path:
     if own_descriptor(out) is not None:  # /dev/stdout and the like: a stream, never a directory
         raise InputError(f"--output {out}: a stream of this process, not a directory; name a directory")
     target = Path(os.path.realpath(out))
-    if target.is_symlink():  # what realpath could not resolve: a loop of links
+    try:
+        found = os.lstat(target)
+    except (FileNotFoundError, NotADirectoryError):  # not there yet; a parent that is a file is named below
+        found = None
+    except OSError as err:  # a name too long, a directory that may not be searched
+        raise write_failure(err, f"--output {out}", "--output") from None
+    if found is not None and stat.S_ISLNK(found.st_mode):  # what realpath could not resolve: a loop
         raise InputError(
             f"--output {out}: a symbolic link that leads nowhere (a loop); choose another --output"
         )
     if not target.parent.is_dir():
-        raise InputError(f"--output {out}: directory {target.parent} does not exist")
-    if not target.exists():
+        where = "is a file, not a directory" if target.parent.exists() else "does not exist"
+        raise InputError(f"--output {out}: directory {target.parent} {where}")
+    if found is None:
         return target
     if not target.is_dir():
         kind = "a file" if target.is_file() else "a device, a FIFO or a socket"
@@ -205,9 +223,12 @@ def _target(out: Path, force: bool) -> Path:
         )
     if not force:
         raise InputError(f"--output {out}: already exists; remove it, choose another, or add --force")
-    entries = {entry.name for entry in target.iterdir()}
-    # A name of ours that is not a regular file (a directory vmap.txt/, a link) is the user's.
-    not_files = sorted(name for name in entries if not stat.S_ISREG(os.lstat(target / name).st_mode))
+    try:
+        entries = {entry.name for entry in target.iterdir()}
+        # A name of ours that is not a regular file (a directory vmap.txt/, a link) is the user's.
+        not_files = sorted(name for name in entries if not stat.S_ISREG(os.lstat(target / name).st_mode))
+    except OSError as err:  # a directory we may not read is not one we may replace
+        raise write_failure(err, f"--output {out}", "--output") from None
     strangers = sorted(entries - EXPORT_FILES)
     if strangers or not_files or not {"model.bin", "config.json"} <= entries:
         what = (

@@ -36,8 +36,7 @@ def run(
             raise InputError(f"--src/--tgt {code}: not a language code (en, deu, pt_BR)")
     path = _local(source, reporter)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
-    # Every file the import may read: a model directory's own, or those beside a checkpoint.
-    not_an_input(output, [path, *(path.iterdir() if path.is_dir() else fairseq.companions(path))], "--output")
+    not_an_input(output, _inputs(path), "--output")
     try:
         imported = read(path, given)
     except (
@@ -105,6 +104,20 @@ def check_weights(imported: Imported, path: Path) -> None:
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise InputError(f"{path}: cannot import: {shown}")
+
+
+def _inputs(path: Path) -> list[Path]:
+    """Every file the import of `path` may read: a Marian directory's own files (an earlier
+    import's output beside them is none), any file of a fairseq directory (it may hold several
+    checkpoints), a fairseq checkpoint and the files beside it that it reads."""
+    try:
+        if marian.looks_like(path):
+            return [path, *(path / name for name in marian.FILES)]
+        return [path, *(path.iterdir() if path.is_dir() else fairseq.companions(path))]
+    except FileNotFoundError:
+        return [path]  # `read` names what is missing
+    except OSError as err:  # a name too long, a directory that may not be read
+        raise InputError(f"{path}: cannot read it ({err.strerror or err})") from None
 
 
 def read(path: Path, languages: tuple[str, str] | None = None) -> Imported:

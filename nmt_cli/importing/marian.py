@@ -26,6 +26,18 @@ from nmt_cli.importing.layers import sizes, stacks
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "target_vocab.json",
+    "source.spm",
+    "target.spm",
+    "model.safetensors",
+    "pytorch_model.bin",
+)
+"""Every file of a model directory that `read` may read: an output anywhere else in it is no input."""
 
 
 def looks_like(source: Path) -> bool:

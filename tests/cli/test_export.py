@@ -9,6 +9,7 @@ represent are refused in one line.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from pathlib import Path
@@ -21,12 +22,13 @@ import torch
 from conftest import TrainedRun, nmt, refused, sentences, tiny_model
 
 from nmt_cli import Translator, checkpoint
-from nmt_cli.commands.export import write_model
+from nmt_cli.commands.export import QUANTIZATIONS, write_model
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import greedy_search
 from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.errors import Terminated
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec
 
 
@@ -247,3 +249,61 @@ def test_an_output_that_cannot_be_a_directory_is_named_as_such_with_or_without_f
             line = refused(capsys, "export", "-m", trained.checkpoint, "-o", output, *force)
             assert words in line and "--force" not in line, line
     assert regular.read_text() == "keep" and loop.is_symlink()
+
+
+def test_an_output_the_system_refuses_is_one_line_naming_it(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = tmp_path / ("a" * 256)  # one name longer than any file system takes
+    for output in (long, long / "ct2"):
+        line = refused(capsys, "export", "-m", trained.checkpoint, "-o", output)
+        assert line.startswith(f"nmt: error: --output {output}:") and "too long" in line, line
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep")
+    line = refused(capsys, "export", "-m", trained.checkpoint, "-o", notes / "ct2")
+    assert f"{notes} is a file, not a directory" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize(("stop", "code"), [(KeyboardInterrupt, 130), (Terminated, 143)])
+def test_a_stop_while_ctranslate2_loads_is_a_stop_not_a_missing_package(
+    trained: TrainedRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stop: type[BaseException],
+    code: int,
+) -> None:
+    # A compiled extension's module init turns the signal's exception into ImportError (pybind11:
+    # "initialization failed"), as Ctrl-C at the wrong moment did here.
+    real_import = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ctranslate2":
+            try:
+                raise stop
+            except BaseException as err:  # noqa: BLE001 - the wrapping under test
+                raise ImportError("initialization failed") from err
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    capsys.readouterr()
+    assert nmt("export", "-m", trained.checkpoint, "-o", tmp_path / "ct2") == code
+    err = capsys.readouterr().err
+    assert "pip install" not in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_every_quantization_offered_is_listed_and_loads_in_ctranslate2(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert nmt("export", "--help") == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for quantization in QUANTIZATIONS:
+        assert quantization in shown, quantization
+        out = tmp_path / quantization
+        assert nmt("-q", "export", "-m", trained.checkpoint, "-o", out, "--quantization", quantization) == 0
+        # Whatever the weights, CTranslate2 on a CPU loads them (converted to a type it computes in).
+        translation = ct2_translate(out, ["apple river"], compute_type="auto")
+        assert translation == ["apple river"], (quantization, translation)

@@ -318,3 +318,18 @@ def test_without_early_stopping_the_search_is_generates(tmp_path: Path) -> None:
     theirs = generate(folder, lines, beams=4, early_stopping=False)
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
     assert same == 100, same
+
+
+def test_importing_again_into_the_model_directory_replaces_the_earlier_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    output = folder / "nmt.pt"  # beside the files the import reads, none of them
+    assert nmt("-q", "import", folder, "-o", output) == 0
+    output.write_bytes(b"an earlier import")
+    assert nmt("-q", "import", folder, "-o", output) == 0
+    assert checkpoint.load(output).kind == "import"
+    config = (folder / "config.json").read_bytes()
+    capsys.readouterr()
+    assert "is an input of this command" in refused(capsys, "import", folder, "-o", folder / "config.json")
+    assert (folder / "config.json").read_bytes() == config

@@ -112,3 +112,13 @@ def test_a_dictionary_at_fault_is_named_with_its_line(
     (source / "dict.en.txt").write_bytes(b"".join(lines))
     line = refused(capsys, "import", source / "checkpoint.pt", "-o", tmp_path / "out.pt")
     assert words in line and "checkpoint.pt" not in line, line
+
+
+def test_a_source_the_system_cannot_look_up_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = tmp_path / ("a" * 256)  # one name longer than any file system takes
+    for source in (long, long / "checkpoint.pt"):
+        line = refused(capsys, "import", source, "-o", tmp_path / "out.pt")
+        assert line.startswith(f"nmt: error: {source}:") and "too long" in line, line
+    assert not (tmp_path / "out.pt").exists()
