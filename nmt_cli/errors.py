@@ -108,7 +108,23 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror or exc}{where}", 1
     if isinstance(exc, Exception):
+        if (stop := stop_within(exc)) is not None:
+            return describe(stop)
         return f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 1
+    return None
+
+
+def stop_within(exc: BaseException) -> BaseException | None:
+    """Ctrl-C or SIGTERM that a library wrapped in an error of its own (Python's class creation
+    during an import: "Error calling __set_name__"; an extension's "initialization failed"): the
+    stop is what ended the command."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt | Terminated):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
     return None
 
 

@@ -22,7 +22,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import loading
-from nmt_cli.errors import InputError, Terminated
+from nmt_cli.errors import InputError, stop_within
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.files import hidden_name, own_descriptor, write_failure
 from nmt_cli.report import Reporter
@@ -123,11 +123,8 @@ def _import_ctranslate2() -> None:
     except ImportError as err:
         # Ctrl-C or SIGTERM while its extension initializes reaches us as an ImportError
         # ("initialization failed", pybind11's wrapping): the stop, not a missing package.
-        cause: BaseException | None = err
-        while cause is not None:
-            if isinstance(cause, (KeyboardInterrupt, Terminated)):
-                raise cause from None
-            cause = cause.__cause__ or cause.__context__
+        if (stop := stop_within(err)) is not None:
+            raise stop from None
         raise InputError(
             f"export to CTranslate2 needs the ctranslate2 package, an optional extra: {EXTRA}"
         ) from None

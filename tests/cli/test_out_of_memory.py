@@ -1,5 +1,6 @@
 """Running out of memory is one line and exit 1, whichever allocator says so: Python's MemoryError,
-torch's CPU allocator (a plain RuntimeError) or its GPU allocator (torch.OutOfMemoryError)."""
+torch's CPU allocator (a plain RuntimeError) or its GPU allocator (torch.OutOfMemoryError); a stop
+that a library wrapped in an error of its own is a stop, not an internal error."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from conftest import Corpus, nmt, one_line_error, train_args
 
-from nmt_cli.errors import describe
+from nmt_cli.errors import Terminated, describe
 
 SAID = "out of memory; use smaller batches (--batch-tokens, train.max_tokens) or a smaller model"
 
@@ -27,6 +28,28 @@ SAID = "out of memory; use smaller batches (--batch-tokens, train.max_tokens) or
 )
 def test_each_allocator_s_failure_is_out_of_memory(error: BaseException) -> None:
     assert describe(error) == (SAID, 1)
+
+
+def wrapped(stop: BaseException) -> RuntimeError:
+    """As Python's class creation wraps an exception raised in __set_name__ during an import."""
+    try:
+        try:
+            raise stop
+        except BaseException as err:
+            raise RuntimeError("Error calling __set_name__ on '_Field' instance 'x' in 'Spec'") from err
+    except RuntimeError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("stop", "said"),
+    [(KeyboardInterrupt(), ("interrupted", 130)), (Terminated(), ("terminated by SIGTERM", 143))],
+)
+def test_a_stop_wrapped_by_a_library_is_a_stop(stop: BaseException, said: tuple[str, int]) -> None:
+    assert describe(wrapped(stop)) == said
+    chained = ImportError("initialization failed")  # pybind11's wrapping: the stop as its context
+    chained.__context__ = stop
+    assert describe(chained) == said
 
 
 def test_other_runtime_errors_stay_internal_errors() -> None:
