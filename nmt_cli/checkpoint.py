@@ -198,8 +198,12 @@ def remove_stale_temporaries(checkpoint_dir: Path) -> None:
 
 def load(path: Path) -> Checkpoint:
     """Load a checkpoint onto the CPU, with one clear error for every way it can be unusable."""
-    if not path.exists():
-        raise InputError(f"checkpoint {path}: no such file")
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(f"checkpoint {path}: no such file") from None
+    except OSError as err:  # a name too long, a directory that may not be searched, a link loop
+        raise InputError(f"checkpoint {path}: cannot read it ({err.strerror or err})") from None
     if path.is_dir():
         raise InputError(f"checkpoint {path}: is a directory, not a checkpoint file")
     if not path.is_file():  # a device, a FIFO, a socket: reading one would block or mean nothing

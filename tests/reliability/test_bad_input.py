@@ -285,11 +285,16 @@ def bad_checkpoints(trained: TrainedRun, tmp_path_factory: pytest.TempPathFactor
     paths["a directory"] = root / "dir.pt"
     paths["a directory"].mkdir()
     paths["missing"] = root / "missing.pt"
+    paths["a name too long"] = root / ("x" * 300 + ".pt")
+    paths["a loop of links"] = root / "loop.pt"
+    paths["a loop of links"].symlink_to("loop.pt")
     return paths
 
 
 CHECKPOINT_CASES = [
     "missing",
+    "a name too long",
+    "a loop of links",
     "a directory",
     "empty file",
     "truncated",
@@ -304,6 +309,8 @@ CHECKPOINT_CASES = [
     "languages not a pair",
 ]
 MESSAGES = {
+    "a name too long": "cannot read it (File name too long)",
+    "a loop of links": "cannot read it (Too many levels of symbolic links)",
     "corrupted tensor": "does not match its checksum",
     "format version 99": "format version 99",
     "an unknown config key": "model.moe",
@@ -339,8 +346,13 @@ def test_average_refuses_a_bad_checkpoint(
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CHECKPOINT_CASES if c not in ("missing", "a directory")]
-)  # a run without checkpoint_last.pt starts afresh
+    "case",
+    [
+        c
+        for c in CHECKPOINT_CASES
+        if c not in ("missing", "a directory", "a name too long", "a loop of links")
+    ],
+)  # a run without checkpoint_last.pt starts afresh; the last two are names, not contents
 def test_train_refuses_to_resume_from_a_bad_checkpoint(
     case: str, bad_checkpoints: dict[str, Path], corpus: Corpus, tmp_path: Path, capsys
 ) -> None:
