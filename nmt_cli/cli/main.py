@@ -19,7 +19,7 @@ import typer
 
 from nmt_cli.cli.app import app
 from nmt_cli.cli.session import Globals
-from nmt_cli.errors import SettingError, Terminated, describe
+from nmt_cli.errors import NmtError, SettingError, Terminated, describe
 from nmt_cli.files import hold_closed_standard_descriptors
 
 try:  # recent Typer releases ship their own copy of click
@@ -62,6 +62,8 @@ def _run(argv: list[str] | None) -> None:
         _fail(err.as_option(), err.exit_code)
     except (Exception, KeyboardInterrupt, Terminated) as exc:  # the last defence against a traceback
         message, exit_code = describe(exc) or (str(exc), 1)
+        if exit_code in (130, 143) and not isinstance(exc, NmtError):  # no command named what it kept
+            message = f"{message}; {WHOLE_OR_NOTHING}"
         _fail(message, exit_code)
     if code == 130:  # Typer's answer to Ctrl-C in a command that does not handle it itself
         _fail(INTERRUPTED, 130)
@@ -69,7 +71,8 @@ def _run(argv: list[str] | None) -> None:
         sys.exit(code)
 
 
-INTERRUPTED = "interrupted; files are written whole or not at all, so no output was left half-written"
+WHOLE_OR_NOTHING = "files are written whole or not at all, so no output was left half-written"
+INTERRUPTED = f"interrupted; {WHOLE_OR_NOTHING}"
 
 
 class _ClosedOutput(io.TextIOBase):

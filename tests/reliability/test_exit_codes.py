@@ -104,3 +104,26 @@ def test_130_ctrl_c_in_a_command_that_does_not_catch_it_still_says_so(trained: T
     _, err = process.communicate(timeout=TIMEOUT_S)
     assert process.returncode == 130
     assert one_line(err).startswith("nmt: error: interrupted")
+
+
+def test_143_sigterm_in_a_command_that_does_not_catch_it_says_nothing_was_half_written(
+    trained: TrainedRun,
+) -> None:
+    """The README's 143 row is 130's: the line says that every output is whole or absent."""
+    process = subprocess.Popen(
+        translate(trained),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("apple river\n")
+    process.stdin.flush()  # the input stays open: it waits for more once the line is out
+    assert process.stdout.readline() == "apple river\n"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=TIMEOUT_S)
+    assert process.returncode == 143
+    line = one_line(err)
+    assert line.startswith("nmt: error: terminated by SIGTERM") and "written whole or not at all" in line
