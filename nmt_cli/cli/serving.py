@@ -31,7 +31,11 @@ def serve(
     max_input_chars: Annotated[int, typer.Option(help="Longest line a request may send.")] = 2000,
     max_lines: Annotated[int, typer.Option(help="Most lines in one request.")] = 256,
     request_timeout: Annotated[
-        float, typer.Option(help="Seconds to send a whole request (headers and body); then 408.")
+        float,
+        typer.Option(
+            help="Seconds to send a whole request (headers and body), then 408; a client that reads "
+            "nothing of its answer for as long is dropped."
+        ),
     ] = 10.0,
     max_client_connections: Annotated[
         int, typer.Option(help="Open connections per client address; beyond, 429.")

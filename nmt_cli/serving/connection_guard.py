@@ -60,6 +60,9 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Writing pauses as soon as anything waits unsent (not past 64 KiB): an answer the client
+        # does not read is watched however small the part the kernel could not take.
+        transport.set_write_buffer_limits(high=0)
         self._heard = self.loop.time()
         self.live[self] = None
         if self.client:
@@ -102,6 +105,14 @@ class GuardedProtocol(H11Protocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         self._watch_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._reading_watch is not None:  # all read: a later pause is watched afresh
+            self._reading_watch.cancel()
+            self._reading_watch = None
+        if self._stopping:
+            self._watch_reading()
 
     def shutdown(self) -> None:
         super().shutdown()
