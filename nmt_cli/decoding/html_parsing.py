@@ -15,6 +15,10 @@ NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0
 reads a form feed."""
 
 
+MAX_DEPTH = 254
+"""Elements a fragment may nest: libxml2 stops at 256, and the page's <html> and <body> count."""
+
+
 class MarkupError(InputError):
     """HTML the parser cannot make a document of."""
 
@@ -28,10 +32,11 @@ def parsed_body(fragment: str) -> _Element | None:
         page = html.document_fromstring("<html><body>" + fragment, parser=parser)
     except (ParserError, ValueError) as err:
         raise MarkupError(f"not HTML that can be parsed ({err})") from None
-    fatal = [error.message.strip() for error in parser.error_log if error.level_name == "FATAL"]
+    fatal = [error.message for error in parser.error_log if error.level_name == "FATAL"]
     if fatal:
+        reason = fatal[0].split(", use XML_PARSE_HUGE")[0].strip()  # libxml2's own option: not the user's
         raise MarkupError(
-            f"HTML that the parser stops reading part way ({fatal[0]}), losing the rest; nest "
-            "elements fewer than 256 deep, keep each text and attribute under 10 MB"
+            f"HTML that the parser stops reading part way ({reason}), losing the rest; nest "
+            f"elements at most {MAX_DEPTH} deep, keep each text and attribute under 10 MB"
         )
     return page.find("body")

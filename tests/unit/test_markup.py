@@ -190,8 +190,10 @@ def test_html_the_parser_stops_reading_part_way_is_refused_not_cut(fragment: str
     assert "\n" not in str(raised.value)
 
 
-def test_nesting_below_the_parsers_limit_keeps_every_element() -> None:
-    fragment = "<span>" * 250 + "a dog." + "</span>" * 250 + "<p>a cat.</p>"
+def test_nesting_up_to_the_limit_the_message_names_keeps_every_element() -> None:
+    fragment = "<span>" * 254 + "a dog." + "</span>" * 254 + "<p>a cat.</p>"
     assert translate_fragments([fragment], upper) == [
-        "<span>" * 250 + "A DOG." + "</span>" * 250 + "<p>A CAT.</p>"
+        "<span>" * 254 + "A DOG." + "</span>" * 254 + "<p>A CAT.</p>"
     ]
+    with pytest.raises(markup.MarkupError, match=r"Excessive depth in document: 256\), .* at most 254 deep"):
+        translate_fragments(["<span>" * 255 + "a dog."], upper)
