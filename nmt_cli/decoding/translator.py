@@ -60,7 +60,7 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
 )
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
-from nmt_cli.decoding.workers import WorkerPool, can_fork, open_descriptors
+from nmt_cli.decoding.workers import WorkerPool, can_fork, fork_safe_threads, open_descriptors
 from nmt_cli.errors import InputError, SettingError, literal
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
@@ -263,7 +263,7 @@ class Translator:
             units = self.constrained(lines, settings, constraints)
             settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
         if (pool := self._pool) is None or pool.forked():  # read once: close() may clear it meanwhile
-            with self._lock:
+            with self._lock, fork_safe_threads():
                 return self._translate(units, settings)
         results, truncated = pool.map(units, settings)
         with self._lock:
@@ -289,8 +289,8 @@ class Translator:
 
     @property
     def workers(self) -> int:
-        """Decoding processes (1 when decoding in this process)."""
-        return self._pool.workers if self._pool is not None else 1
+        """Decoding processes (1 when decoding in this process, as a fork of the pool's does)."""
+        return 1 if self._pool is None or self._pool.forked() else self._pool.workers
 
     def workers_alive(self) -> int:
         """Decoding processes alive now (1 when decoding in this process)."""

@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -41,6 +41,25 @@ PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent only while it forks
 _FORKING = threading.Lock()
+_IN_A_FORK = False  # set in every child forked from this process (a user's multiprocessing fork)
+
+
+def _note_the_fork() -> None:
+    global _IN_A_FORK
+    _IN_A_FORK = True
+
+
+os.register_at_fork(after_in_child=_note_the_fork)
+
+
+@contextlib.contextmanager
+def fork_safe_threads() -> Iterator[None]:
+    """Decoding in this process: in a fork, on one torch thread. GNU OpenMP, torch's CPU threads,
+    hangs in a fork of a process whose threads it had started (a user's multiprocessing pool
+    forked after a translate); the workers take one thread for the same reason."""
+    if _IN_A_FORK and torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
+    yield
 
 
 class WorkerDied(RunFailure):
@@ -98,7 +117,10 @@ class WorkerPool:
         Safe to call from several threads at once. Raises WorkerDied if a worker dies meanwhile.
         Not in a process forked from the pool's (`forked`): the workers answer only their parent."""
         if self.forked():  # the call would wait forever
-            raise WorkerDied(f"these decoding workers belong to process {self._owner}, not to its fork")
+            raise WorkerDied(
+                f"these decoding workers belong to process {self._owner}, not to its fork; "
+                "translate through the Translator, which decodes in the fork itself"
+            )
         by_length = sorted(range(len(lines)), key=lambda i: len(lines[i]))
         # A few lines go to one worker whole: splitting them would not make the steps of a search
         # fewer, and it would keep the other worker from a concurrent caller's lines (nmt serve).

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 from conftest import TrainedRun, one_thread, wait_until
 
 from nmt_cli import Translator
@@ -128,6 +129,30 @@ def test_a_process_forked_from_one_with_workers_translates_in_itself(translator:
     assert answers.get(timeout=10) == ("closed", None)
     assert children() == workers and translator.workers_alive() == 2
     assert translator.translate(["green"]) == ["green"]
+
+
+@needs_fork
+def test_a_fork_of_a_process_that_decoded_on_two_threads_translates(trained: TrainedRun) -> None:
+    # GNU OpenMP (torch's CPU threads) hangs in a fork of a process whose threads it started: a
+    # user's multiprocessing pool forked after a translate waited forever in the fork's first one.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    translator = Translator.load(trained.checkpoint, device="cpu")
+    try:
+        assert translator.translate(["apple river", "green"] * 20)[:2] == ["apple river", "green"]
+        translator.start_workers(2)
+        assert translator.workers == 2
+        answers = multiprocessing.get_context("fork").Queue()
+        fork = multiprocessing.get_context("fork").Process(target=_in_the_fork, args=(translator, answers))
+        fork.start()
+        fork.join(120)
+        if fork.is_alive():
+            fork.kill()
+            pytest.fail("the forked process is still translating after 120 s")
+        assert answers.get(timeout=10) == ("translated", ["apple river", "green"])
+    finally:
+        translator.close()
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(
