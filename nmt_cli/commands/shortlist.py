@@ -54,12 +54,16 @@ def run(
     candidates = _at_most_the_vocabulary(candidates, "--candidates", cfg.tgt_vocab_size, reporter)
     frequent = _at_most_the_vocabulary(frequent, "--frequent", cfg.tgt_vocab_size, reporter)
     encoders = processors(ckpt.spm, ckpt.tokenizers)
-    pairs = _read(train, src, tgt, encoders, max_pairs, reporter)
+    pairs = _read(train, src, tgt, encoders, max_pairs, reporter, cfg.max_positions)
     if not pairs:
         raise InputError(f"--train {train}: no sentence pair with text on both sides")
     # Read before the work too: a --valid with unequal sides or bad UTF-8 is refused, not
     # reported (exit 2) after the checkpoint is written.
-    held_out = _read(valid, src, tgt, encoders, max_pairs, reporter) if valid is not None else None
+    held_out = (
+        _read(valid, src, tgt, encoders, max_pairs, reporter, cfg.max_positions)
+        if valid is not None
+        else None
+    )
     shortlist = learn(
         pairs,
         cfg.src_vocab_size,
@@ -114,8 +118,11 @@ def _at_most_the_vocabulary(count: int, option: str, vocab_size: int, reporter: 
     return vocab_size
 
 
-def _read(prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, reporter: Reporter) -> Pairs:
-    """Up to `max_pairs` pairs of PREFIX.src and PREFIX.tgt as ids; pairs with an empty side left out."""
+def _read(
+    prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, reporter: Reporter, longest: int
+) -> Pairs:
+    """Up to `max_pairs` pairs of PREFIX.src and PREFIX.tgt as ids, each side cut to `longest` pieces
+    (the model's positions); pairs with an empty side left out."""
     paths = (Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}"))
     counts = [count_lines(path, f"{prefix}.{lang}") for path, lang in zip(paths, (src, tgt), strict=True)]
     if counts[0] != counts[1]:
@@ -130,10 +137,12 @@ def _read(prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, rep
                 break
             bar.update(1)
             if source.strip() and target.strip():
+                # Cut as translation cuts a source: learning costs the product of a pair's lengths,
+                # so one pair of 30,000-character lines took a minute and 2.4 GB.
                 pairs.append(
                     (
-                        np.asarray(encoders[0].encode(source.strip()), np.int64),
-                        np.asarray(encoders[1].encode(target.strip()), np.int64),
+                        np.asarray(encoders[0].encode(source.strip())[:longest], np.int64),
+                        np.asarray(encoders[1].encode(target.strip())[:longest], np.int64),
                     )
                 )
     return pairs

@@ -16,6 +16,7 @@ after the target word aligned to the source word before it.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import re
 from collections.abc import Callable, Iterator
@@ -232,7 +233,7 @@ def _projected(unit: _Unit, target: str, alignment: Alignment) -> list[Event]:
     atoms: dict[int, list[Event]] = {}
     for chars, atom in unit.atoms:
         if first < chars < last:
-            k = target_of(sum(1 for a, _ in src_words if a < chars) - 1) + 1
+            k = target_of(bisect.bisect_left(src_words, chars, key=lambda word: word[0]) - 1) + 1
             atoms.setdefault(k, []).append(("atom", atom))
     events = _outside(unit, 0, first)
     for k in range(len(tgt_words) + 1):
@@ -268,15 +269,19 @@ def _spans(
     """Each inline element's target words, parents first: the words aligned to its source words,
     kept inside its parent's span and off its siblings' (the longest free run of them); an
     element left with none stays, empty, where it touches no sibling."""
-    order: list[tuple[int, int | None]] = []
+    # One pass each, not one per element: a block may hold thousands of inline elements.
+    order: dict[int, int | None] = {}
     for _, stack in unit.texts:
         for depth, element_id in enumerate(stack):
-            if element_id not in (e for e, _ in order):
-                order.append((element_id, stack[depth - 1] if depth else None))
+            order.setdefault(element_id, stack[depth - 1] if depth else None)
+    words_of: dict[int, list[int]] = {}
+    for i, owned in enumerate(word_owners):
+        for element_id in owned:
+            words_of.setdefault(element_id, []).append(i)
     spans: dict[int, _Span] = {}
     taken: dict[int | None, set[int]] = {}  # target words held by a parent's children
-    for element_id, parent in order:
-        words = [i for i, owned in enumerate(word_owners) if element_id in owned]
+    for element_id, parent in order.items():
+        words = words_of.get(element_id, [])
         targets = sorted({j for i in words for j in linked.get(i, [])}) or (
             [target_of(words[0])] if words else []
         )
@@ -350,8 +355,12 @@ def _serialised(events: list[Event], rebuilt: dict[int, list[Event]]) -> str:
     """The events as HTML: each element copied with its attributes, each atom with its content."""
     root = html.Element("div")
     stack = [root]
+    pending: list[str] = []  # the text since the tree last changed shape
 
-    def add_text(text: str) -> None:
+    def add_text() -> None:
+        # Once a run: appending word by word to an lxml text or tail copies the whole run each time.
+        text = "".join(pending)
+        pending.clear()
         if not text:
             return
         current = stack[-1]
@@ -362,10 +371,13 @@ def _serialised(events: list[Event], rebuilt: dict[int, list[Event]]) -> str:
 
     def play(sequence: list[Event]) -> None:
         for kind, value in sequence:
+            if kind == "text":
+                pending.append(str(value))
+                continue
+            if kind != "unit":
+                add_text()
             if kind == "unit":
                 play(rebuilt[id(value)])
-            elif kind == "text":
-                add_text(str(value))
             elif kind == "open":
                 assert isinstance(value, _Element)
                 element = html.Element(value.tag, dict(value.attrib))
@@ -380,6 +392,7 @@ def _serialised(events: list[Event], rebuilt: dict[int, list[Event]]) -> str:
                 stack[-1].append(atom)
 
     play(events)
+    add_text()
     # The text before the first element is escaped as lxml escapes the rest: "&lt;b&gt;" must not
     # come out as a <b> element.
     return escape(root.text or "") + "".join(html.tostring(child, encoding="unicode") for child in root)

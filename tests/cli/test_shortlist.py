@@ -10,6 +10,7 @@ import torch
 from conftest import Corpus, TrainedRun, exported_to_ctranslate2, nmt, refused
 
 from nmt_cli import Translator, checkpoint
+from nmt_cli.commands import shortlist as shortlist_command
 from nmt_cli.data.shortlist import Shortlist, coverage
 from nmt_cli.data.spm import processors
 from nmt_cli.errors import SettingError
@@ -223,3 +224,26 @@ def test_a_thin_shortlist_warns_and_candidates_are_capped_at_the_vocabulary(
     err = capsys.readouterr().err
     assert f"--frequent 999999999: the target vocabulary has {vocab}; taking that" in err
     assert f"and {vocab} frequent pieces" in err
+
+
+def test_a_very_long_pair_is_cut_to_the_models_positions(
+    trained: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Learning costs the product of a pair's lengths: one pair of 30,000-character lines took a
+    # minute and 2.4 GB, and longer ones more memory than a machine has.
+    learned, learn = [], shortlist_command.learn
+
+    def recorded(pairs: list, *args: object, **kwargs: object) -> Shortlist:
+        learned.extend(pairs)
+        return learn(pairs, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shortlist_command, "learn", recorded)
+    for side in ("src", "tgt"):
+        (tmp_path / f"long.{side}").write_text(
+            "apple river\n" + "apple river " * 500 + "\n", encoding="utf-8"
+        )
+    args = ["-m", trained.checkpoint, "-o", tmp_path / "long.pt", "--src", "src", "--tgt", "tgt"]
+    assert nmt("shortlist", *args, "--train", tmp_path / "long") == 0
+    positions = checkpoint.load(trained.checkpoint).run_config(trained.checkpoint).model.max_positions
+    assert len(learned) == 2
+    assert max(len(ids) for pair in learned for ids in pair) == positions
