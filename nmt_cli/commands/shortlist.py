@@ -54,13 +54,13 @@ def run(
     candidates = _at_most_the_vocabulary(candidates, "--candidates", cfg.tgt_vocab_size, reporter)
     frequent = _at_most_the_vocabulary(frequent, "--frequent", cfg.tgt_vocab_size, reporter)
     encoders = processors(ckpt.spm, ckpt.tokenizers)
-    pairs = _read(train, src, tgt, encoders, max_pairs, reporter, cfg.max_positions)
+    pairs = _read(train, src, tgt, encoders, max_pairs, reporter, cfg.max_positions - 1)
     if not pairs:
         raise InputError(f"--train {train}: no sentence pair with text on both sides")
     # Read before the work too: a --valid with unequal sides or bad UTF-8 is refused, not
     # reported (exit 2) after the checkpoint is written.
     held_out = (
-        _read(valid, src, tgt, encoders, max_pairs, reporter, cfg.max_positions)
+        _read(valid, src, tgt, encoders, max_pairs, reporter, cfg.max_positions - 1)
         if valid is not None
         else None
     )
@@ -122,7 +122,7 @@ def _read(
     prefix: Path, src: str, tgt: str, encoders: tuple, max_pairs: int, reporter: Reporter, longest: int
 ) -> Pairs:
     """Up to `max_pairs` pairs of PREFIX.src and PREFIX.tgt as ids, each side cut to `longest` pieces
-    (the model's positions); pairs with an empty side left out."""
+    (a source's most: the model's positions less the end of sentence); pairs with an empty side left out."""
     paths = (Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}"))
     counts = [count_lines(path, f"{prefix}.{lang}") for path, lang in zip(paths, (src, tgt), strict=True)]
     if counts[0] != counts[1]:

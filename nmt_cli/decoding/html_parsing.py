@@ -5,6 +5,8 @@ without a word, so such a fragment is refused instead."""
 
 from __future__ import annotations
 
+import re
+
 from lxml import html
 from lxml.etree import ParserError, _Element
 
@@ -15,6 +17,8 @@ NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0
 reads a form feed."""
 
 
+HUGE = re.compile(r",?\s*(?:use|try) XML_PARSE_HUGE")
+"""libxml2's advice in its messages (worded by version), which names an option of its own."""
 MAX_DEPTH = 254
 """Elements a fragment may nest: libxml2 stops at 256, and the page's <html> and <body> count."""
 
@@ -34,9 +38,18 @@ def parsed_body(fragment: str) -> _Element | None:
         raise MarkupError(f"not HTML that can be parsed ({err})") from None
     fatal = [error.message for error in parser.error_log if error.level_name == "FATAL"]
     if fatal:
-        reason = fatal[0].split(", use XML_PARSE_HUGE")[0].strip()  # libxml2's own option: not the user's
+        reason = HUGE.split(fatal[0])[0].strip()  # libxml2's own option: not the user's
         raise MarkupError(
             f"HTML that the parser stops reading part way ({reason}), losing the rest; nest "
             f"elements at most {MAX_DEPTH} deep, keep each text and attribute under 10 MB"
         )
     return page.find("body")
+
+
+def same_element(element: _Element) -> _Element:
+    """A new element with the tag and attributes of a parsed one. The parser takes names that
+    lxml will not write (a browser reads "<b<>" as an element "b<"): such a fragment is refused."""
+    try:
+        return html.Element(element.tag, dict(element.attrib))
+    except ValueError as err:
+        raise MarkupError(f"HTML with a name that cannot be written back ({err})") from None

@@ -27,7 +27,7 @@ from lxml import html
 from lxml.etree import _Element
 
 from nmt_cli.decoding.alignment import Alignment
-from nmt_cli.decoding.html_parsing import NOT_XML, MarkupError, parsed_body
+from nmt_cli.decoding.html_parsing import NOT_XML, MarkupError, parsed_body, same_element
 
 __all__ = ["MarkupError", "Parsed", "translate_fragments"]
 
@@ -380,7 +380,7 @@ def _serialised(events: list[Event], rebuilt: dict[int, list[Event]]) -> str:
                 play(rebuilt[id(value)])
             elif kind == "open":
                 assert isinstance(value, _Element)
-                element = html.Element(value.tag, dict(value.attrib))
+                element = same_element(value)
                 stack[-1].append(element)
                 stack.append(element)
             elif kind == "close":

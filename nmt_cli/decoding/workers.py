@@ -41,12 +41,13 @@ PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent only while it forks
 _FORKING = threading.Lock()
-_IN_A_FORK = False  # set in every child forked from this process (a user's multiprocessing fork)
+_DECODED_ON_THREADS = False  # this process has decoded on several torch threads
+_FORKED_AFTER_THREADS = False  # this process is a fork of one that had
 
 
 def _note_the_fork() -> None:
-    global _IN_A_FORK
-    _IN_A_FORK = True
+    global _FORKED_AFTER_THREADS
+    _FORKED_AFTER_THREADS = _DECODED_ON_THREADS
 
 
 os.register_at_fork(after_in_child=_note_the_fork)
@@ -54,11 +55,14 @@ os.register_at_fork(after_in_child=_note_the_fork)
 
 @contextlib.contextmanager
 def fork_safe_threads() -> Iterator[None]:
-    """Decoding in this process: in a fork, on one torch thread. GNU OpenMP, torch's CPU threads,
-    hangs in a fork of a process whose threads it had started (a user's multiprocessing pool
-    forked after a translate); the workers take one thread for the same reason."""
-    if _IN_A_FORK and torch.get_num_threads() > 1:
+    """Decoding in this process; in a fork of a process that decoded on several torch threads, on
+    one. GNU OpenMP, torch's CPU threads, hangs in a fork of a process whose threads it had
+    started (a user's multiprocessing pool forked after a translate); the workers take one thread
+    for the same reason. Other forks keep the threads they are given."""
+    global _DECODED_ON_THREADS
+    if _FORKED_AFTER_THREADS and torch.get_num_threads() > 1:
         torch.set_num_threads(1)
+    _DECODED_ON_THREADS = _DECODED_ON_THREADS or torch.get_num_threads() > 1
     yield
 
 

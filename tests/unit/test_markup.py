@@ -274,3 +274,21 @@ def test_atoms_are_placed_without_counting_the_words_before_each(monkeypatch: py
     (out,) = translate_fragments(["<p>" + " ".join(f"w{k} <img>" for k in range(n)) + " end</p>"], upper)
     assert out == "<p>" + " ".join(f"W{k} <img>" for k in range(n)) + " END</p>"
     assert len(reads) <= 3 * n
+
+
+def test_a_name_lxml_cannot_write_back_is_refused_not_a_crash() -> None:
+    # The parser reads "<b<>" as an element "b<", as a browser does; rebuilding it raised lxml's
+    # ValueError, a 500 from the server.
+    with pytest.raises(markup.MarkupError, match="cannot be written back"):
+        translate_fragments(["<b<>hello world"], upper)
+
+
+def test_the_parsers_message_loses_libxml2s_advice_in_either_wording() -> None:
+    from nmt_cli.decoding.html_parsing import HUGE
+
+    for said in (
+        "Excessive depth in document: 256, use XML_PARSE_HUGE option",
+        "Excessive depth in document: 256 use XML_PARSE_HUGE option",
+        "Resource limit exceeded: Buffer size limit exceeded, try XML_PARSE_HUGE",
+    ):
+        assert "XML_PARSE_HUGE" not in HUGE.split(said)[0]

@@ -8,13 +8,15 @@ import copy
 import gc
 import multiprocessing
 import pickle
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from conftest import TrainedRun, one_thread, wait_until
+from conftest import TrainedRun, one_thread, subprocess_env, wait_until
 
 from nmt_cli import Translator
 from nmt_cli.decoding.workers import can_fork
@@ -153,6 +155,38 @@ def test_a_fork_of_a_process_that_decoded_on_two_threads_translates(trained: Tra
     finally:
         translator.close()
         torch.set_num_threads(threads)
+
+
+FORK_THAT_ASKS_FOR_THREADS = """
+import multiprocessing, sys, torch
+from nmt_cli import Translator
+
+def child(answers):
+    translator = Translator.load(sys.argv[1], device="cpu", threads=2)
+    translator.translate(["green"])
+    answers.put(torch.get_num_threads())
+
+context = multiprocessing.get_context("fork")
+answers = context.Queue()
+context.Process(target=child, args=(answers,)).start()
+print(answers.get(timeout=120))
+"""
+
+
+@needs_fork
+def test_a_fork_of_a_process_that_never_decoded_keeps_the_threads_it_asks_for(trained: TrainedRun) -> None:
+    # Only a fork of a process whose torch threads had started must decode on one: a server that
+    # forks first and loads its models after asks for its own threads. (A process of its own: this
+    # one has decoded on threads in other tests.)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_THAT_ASKS_FOR_THREADS, str(trained.checkpoint)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
 
 
 @pytest.mark.parametrize(
