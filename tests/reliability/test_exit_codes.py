@@ -86,30 +86,16 @@ def test_130_and_143_a_signal_keeps_and_names_what_was_finished(
     assert partial.read_text(encoding="utf-8") == "apple river\nstone cloud\n" and not out.exists()
 
 
-def test_130_ctrl_c_in_a_command_that_does_not_catch_it_still_says_so(trained: TrainedRun) -> None:
-    """Typer turns Ctrl-C into exit code 130 before nmt's handler sees it: the line must still come."""
-    process = subprocess.Popen(
-        translate(trained),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write("apple river\n")
-    process.stdin.flush()  # the input stays open: it waits for more once the line is out
-    assert process.stdout.readline() == "apple river\n"
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=TIMEOUT_S)
-    assert process.returncode == 130
-    assert one_line(err).startswith("nmt: error: interrupted")
-
-
-def test_143_sigterm_in_a_command_that_does_not_catch_it_says_nothing_was_half_written(
-    trained: TrainedRun,
+@pytest.mark.parametrize(
+    ("stop", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated by SIGTERM")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stop_in_a_command_that_does_not_catch_it_says_nothing_was_half_written(
+    trained: TrainedRun, stop: signal.Signals, code: int, said: str
 ) -> None:
-    """The README's 143 row is 130's: the line says that every output is whole or absent."""
+    """Typer turns Ctrl-C into exit code 130 before nmt's handler sees it: the line must still
+    come. The README's 143 row is 130's: either line says that every output is whole or absent."""
     process = subprocess.Popen(
         translate(trained),
         stdin=subprocess.PIPE,
@@ -122,8 +108,8 @@ def test_143_sigterm_in_a_command_that_does_not_catch_it_says_nothing_was_half_w
     process.stdin.write("apple river\n")
     process.stdin.flush()  # the input stays open: it waits for more once the line is out
     assert process.stdout.readline() == "apple river\n"
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=TIMEOUT_S)
-    assert process.returncode == 143
+    assert process.returncode == code
     line = one_line(err)
-    assert line.startswith("nmt: error: terminated by SIGTERM") and "written whole or not at all" in line
+    assert line.startswith(f"nmt: error: {said}") and "written whole or not at all" in line

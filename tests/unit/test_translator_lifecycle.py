@@ -113,12 +113,8 @@ def _in_the_fork(translator: Translator, answers: Any) -> None:
         answers.put(("failed", repr(err)))
 
 
-@needs_fork
-def test_a_process_forked_from_one_with_workers_translates_in_itself(translator: Translator) -> None:
-    # The workers answer only the process that started them: a translate in a fork (a user's
-    # multiprocessing pool) waited forever, and its close() would have ended the parent's workers.
-    translator.start_workers(2)
-    workers = children()
+def translated_in_a_fork(translator: Translator) -> Any:
+    """The answers of `_in_the_fork` run in a process forked from this one; a hang fails the test."""
     context = multiprocessing.get_context("fork")
     answers = context.Queue()
     fork = context.Process(target=_in_the_fork, args=(translator, answers))
@@ -127,6 +123,16 @@ def test_a_process_forked_from_one_with_workers_translates_in_itself(translator:
     if fork.is_alive():
         fork.kill()
         pytest.fail("the forked process is still translating after 120 s")
+    return answers
+
+
+@needs_fork
+def test_a_process_forked_from_one_with_workers_translates_in_itself(translator: Translator) -> None:
+    # The workers answer only the process that started them: a translate in a fork (a user's
+    # multiprocessing pool) waited forever, and its close() would have ended the parent's workers.
+    translator.start_workers(2)
+    workers = children()
+    answers = translated_in_a_fork(translator)
     assert answers.get(timeout=10) == ("translated", ["apple river", "green"])
     assert answers.get(timeout=10) == ("closed", None)
     assert children() == workers and translator.workers_alive() == 2
@@ -144,13 +150,7 @@ def test_a_fork_of_a_process_that_decoded_on_two_threads_translates(trained: Tra
         assert translator.translate(["apple river", "green"] * 20)[:2] == ["apple river", "green"]
         translator.start_workers(2)
         assert translator.workers == 2
-        answers = multiprocessing.get_context("fork").Queue()
-        fork = multiprocessing.get_context("fork").Process(target=_in_the_fork, args=(translator, answers))
-        fork.start()
-        fork.join(120)
-        if fork.is_alive():
-            fork.kill()
-            pytest.fail("the forked process is still translating after 120 s")
+        answers = translated_in_a_fork(translator)
         assert answers.get(timeout=10) == ("translated", ["apple river", "green"])
     finally:
         translator.close()
