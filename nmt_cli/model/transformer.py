@@ -280,11 +280,26 @@ class Transformer(nn.Module):
         memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
         return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam, watch)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, rows: Tensor | None = None, project: bool = True
+    ) -> Tensor:
+        """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V).
+
+        `rows` (N,), flat indices into the B x T target positions, keeps those positions only:
+        logits (N, V), so that a loss projects and scores the real target tokens, not padding.
+        `project=False` returns the decoder's output before the pre-softmax projection, (B, T,
+        d_model) or (N, d_model), for a loss that projects it itself (see `output_layer`)."""
         memory, src_mask = self.encode(src)
         hidden, _ = self._decode(tgt_in, self.init_state(memory, src_mask))
-        return self.project(hidden)
+        if rows is not None:
+            hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
+        return self.project(hidden) if project else hidden
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The pre-softmax projection's (weight (V, d_model), bias (V,) or None): `project(h)` is
+        `h @ weight.T + bias`."""
+        weight = self.tgt_embed.tokens.weight if self.output_proj is None else self.output_proj.weight
+        return weight, self.output_bias
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor, layer: int = -1) -> Tensor:
         """Encoder-decoder attention of decoder `layer` (0-based, negative from the top) in a

@@ -11,13 +11,14 @@ figures of many updates at once (`Pending.settle`), when it logs, validates or s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training import distributed
-from nmt_cli.training.loss import label_smoothed_nll
+from nmt_cli.training.loss import linear_label_smoothed_nll
 from nmt_cli.training.precision import autocast
 
 
@@ -51,17 +52,40 @@ def accumulate_gradients(
     if ntokens is None:
         ntokens = sum(int((b["tgt_out"] != PAD_ID).sum()) for b in batches)
     sums = torch.zeros(2, dtype=torch.float32, device=device)
+    weight, bias = output_layer(model)
     for i, batch in enumerate(batches):
-        src, tgt_in, tgt_out = (batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out"))
+        if "rows" not in batch:
+            batch = with_real_rows(batch)
+        src, tgt_in, rows, target = (
+            batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "rows", "target")
+        )
         with distributed.gradient_sync(model, i == len(batches) - 1):
             with autocast(device, precision):
-                logits = model(src, tgt_in)
-            loss, nll = label_smoothed_nll(logits, tgt_out, label_smoothing)
+                hidden = model(src, tgt_in, rows=rows, project=False)
+                loss, nll = linear_label_smoothed_nll(hidden, weight, bias, target, label_smoothing)
             if idle:
                 loss, nll = loss * 0.0, nll * 0.0
             scaler.scale(loss / ntokens).backward()
         sums += torch.stack([loss.detach(), nll])
     return UpdateLoss(sums, ntokens)
+
+
+def with_real_rows(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The batch with "rows", the flat indices of its real (non-padding) target positions, the
+    rows the model projects and the loss scores, and "target", their tokens. Made from the
+    batch's host copy (the training loop does it in its prefetch thread), where reading the mask
+    back costs no GPU synchronisation."""
+    flat = batch["tgt_out"].reshape(-1)
+    rows = (flat != PAD_ID).nonzero().view(-1)
+    return {**batch, "rows": rows, "target": flat.index_select(0, rows)}
+
+
+def output_layer(model: torch.nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The pre-softmax projection of `model`, or of the model inside a DDP or compiled wrapper."""
+    inner: Any = model
+    while not hasattr(inner, "output_layer"):
+        inner = getattr(inner, "module", None) or inner._orig_mod  # DDP's, torch.compile's
+    return inner.output_layer()
 
 
 def apply_update(

@@ -24,20 +24,20 @@ NAN, INF = float("nan"), float("inf")
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int], str | None]) -> None:
     """Make the n-th loss computation (one per update here: update_freq 1) faulty when
     `fault(n)` names a fault: "nan loss", "inf loss" or "nan gradient"."""
-    real = update.label_smoothed_nll
+    real = update.linear_label_smoothed_nll
     calls = itertools.count(1)
 
-    def faulty(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
+    def faulty(hidden: torch.Tensor, weight: torch.Tensor, bias, target: torch.Tensor, epsilon: float):
         kind = fault(next(calls))
         if kind == "nan gradient":  # the loss stays finite; the gradient reaching the model is NaN
-            logits.register_hook(lambda grad: torch.full_like(grad, NAN))
-        loss, nll = real(logits, target, epsilon)
+            hidden.register_hook(lambda grad: torch.full_like(grad, NAN))
+        loss, nll = real(hidden, weight, bias, target, epsilon)
         if kind in ("nan loss", "inf loss"):
             bad = NAN if kind == "nan loss" else INF
             loss, nll = loss * bad, nll * bad
         return loss, nll
 
-    monkeypatch.setattr(update, "label_smoothed_nll", faulty)
+    monkeypatch.setattr(update, "linear_label_smoothed_nll", faulty)
 
 
 def all_finite(path: Path) -> bool:
