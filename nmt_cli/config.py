@@ -132,6 +132,10 @@ class TrainConfig:
     update_tokens: int = 0
     """Tokens wanted per update (the paper: ~25,000, §5.1); when set, update_freq becomes
     ceil(update_tokens / (max_tokens x processes)), so one recipe fits 1, 8 or 64 GPUs."""
+    fit_batch: bool = False
+    """With update_tokens, on a GPU: split an update into as few batches as the GPU's memory holds
+    (one of update_tokens where it fits), never smaller than max_tokens; found at the start of a
+    new run by trying, and recorded in its config.toml as max_tokens and update_freq."""
     label_smoothing: float = 0.1
     """eps_ls (§5.4)."""
     lr_schedule: str = "noam"

@@ -14,12 +14,13 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 
 from nmt_cli import checkpoint
-from nmt_cli.config import ModelConfig, RunConfig
+from nmt_cli.config import ModelConfig, RunConfig, TrainConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
@@ -27,9 +28,9 @@ from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import MetricsLog, Reporter
-from nmt_cli.training import distributed, run_directory
+from nmt_cli.training import batch_fit, distributed, run_directory
 from nmt_cli.training.distributed import World
-from nmt_cli.training.loop import Session, train
+from nmt_cli.training.loop import Session, shape_multiple, train
 from nmt_cli.training.run_directory import LAST
 from nmt_cli.training.vocabulary_check import check_vocabulary
 from nmt_cli.user_settings import RuntimeConfig
@@ -162,9 +163,11 @@ def open_session(
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
+    model = _build_model(cfg, resume or init, dev, compile_model)
+    if resume is None and cfg.train.fit_batch and cfg.train.update_tokens and dev.type == "cuda":
+        cfg = _fit_batch(cfg, model, train_data, dev, world, reporter)
     if world.is_main:
         _prepare_run_directory(out, cfg, update, _place_in_data(resume))
-    model = _build_model(cfg, resume or init, dev, compile_model)
     processes = f" x {world.size} processes" if world.distributed else ""
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
     reporter.info(
@@ -190,6 +193,30 @@ def open_session(
         initial_optimizer=optimizer_state,
     )
     return session, resume
+
+
+def _fit_batch(
+    cfg: RunConfig,
+    model: Transformer,
+    train_data: corpus.ParallelSplit,
+    dev: torch.device,
+    world: World,
+    reporter: Reporter,
+) -> RunConfig:
+    """train.fit_batch: the fewest batches an update that fit this GPU, tried on batches of the
+    corpus's longest pairs; rank 0's finding for every process."""
+    tc = cfg.train
+    longest = int(np.maximum(train_data.src.lengths(), train_data.tgt.lengths()).max()) + 1
+    fits = batch_fit.fits_on_gpu(model, tc, dev, longest, shape_multiple(tc, dev))
+    found = batch_fit.fitted(tc, world.size, fits)
+    found = cast(TrainConfig, distributed.from_main(found, world))
+    if found.max_tokens != tc.max_tokens:
+        reporter.info(
+            f"train.fit_batch: {found.update_freq} batch{'es' if found.update_freq > 1 else ''} of "
+            f"{found.max_tokens:,} tokens an update fit this GPU (the recipe's {tc.max_tokens:,} x "
+            f"{tc.update_freq})"
+        )
+    return dataclasses.replace(cfg, train=found)
 
 
 # bf16 must beat fp32 by this much on a matmul to be worth autocast's conversions in training.
