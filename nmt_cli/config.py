@@ -190,6 +190,10 @@ class TrainConfig:
     """Train through torch.compile of the model: its layers fused into fewer, larger kernels (a
     GPU's gain; compiling takes a minute or more, and each new batch shape may compile again, so
     it pairs with pad_to_multiple). Validation and checkpoints use the model as it is."""
+    packed: bool = False
+    """Train on packed batches (model/packing.py): the sentences end to end, no padding; on a GPU
+    attention is torch's variable-length flash attention. Not with model.residual_attention or
+    model.attention_window."""
     pad_to_multiple: int = 0
     """Pad batch lengths to a multiple of this, and cut batches at a multiple of this many rows
     where they can be: few distinct shapes, which GPU kernels and their caches (cuDNN attention

@@ -26,6 +26,7 @@ from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, res
 from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
+from nmt_cli.model.transformer import packing_supported
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import batch_fit, distributed, run_directory
@@ -155,6 +156,11 @@ def open_session(
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=main_precision))
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
+    if cfg.train.packed and not packing_supported(cfg.model):
+        raise InputError(
+            "train.packed: a model with model.residual_attention or model.attention_window trains "
+            "on padded batches; set train.packed = false"
+        )
     _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)
     train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
     for split, pairs in (("train", train_data), ("valid", valid_data)):

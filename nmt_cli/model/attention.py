@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_cli.model.layers import dropout
+from nmt_cli.model.packing import Packing
+
+try:
+    from torch.nn.attention import varlen
+except ImportError:  # an older torch: packed batches attend through the padded layout
+    varlen = None  # type: ignore[assignment]
 
 
 def _explicit(q: Tensor, queries: int) -> bool:
@@ -25,6 +32,14 @@ def _explicit(q: Tensor, queries: int) -> bool:
     the flash kernel answers in about half the time of the explicit form (280 rows, 4 heads,
     12 keys, one thread: 436 against 780 us)."""
     return q.device.type == "cpu" and q.dtype == torch.bfloat16 and queries > 1
+
+
+def _variable_length(q: Tensor, dropout_p: float) -> bool:
+    """Whether torch's variable-length flash attention takes packed q: CUDA, half precision
+    (flash kernels), and no attention dropout (the kernel has none)."""
+    return (
+        varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0.0
+    )
 
 
 @dataclass
@@ -162,6 +177,23 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q_proj(x), self.d_k)
             k, v = memory_kv.k, memory_kv.v
             new_cache = None
+        out, scores = self._attend(q, k, v, mask, is_causal, prev_scores, group)
+        b, _, t, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, t, self.heads * self.d_v)  # (B, T, h * d_v)
+        return self.out_proj(out), new_cache, scores
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        prev_scores: Tensor | None,
+        group: int,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of projected q (B*group, h, T, d_k) over k, v (B, h, S, d): (out (B*group,
+        h, T, d_v), RealFormer's raw scores or None); the arguments as forward() takes them."""
         t_q, t_k = q.shape[-2], k.shape[-2]
         explicit = self.residual or _explicit(q, t_q * group)
         if is_causal and mask is None and (explicit or t_q != t_k):
@@ -193,9 +225,36 @@ class MultiHeadAttention(nn.Module):
         if group > 1:
             out = _unfold(out, group)
             scores = _unfold(scores, group) if scores is not None else None
-        b, _, t, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, t, self.heads * self.d_v)  # (B, T, h * d_v)
-        return self.out_proj(out), new_cache, scores
+        return out, scores
+
+    def forward_packed(
+        self, x: Tensor, query: Packing, keys: Packing, memory: Tensor | None = None, causal: bool = False
+    ) -> Tensor:
+        """Attend from packed `x` (N, d_model), laid out by `query`, to itself (self-attention;
+        `causal`: each token sees its sentence's tokens up to itself) or to packed `memory`
+        (cross-attention), laid out by `keys`: each sentence to its own keys only -> (N, d_model).
+        Without RealFormer scores (`packing_supported`)."""
+        n = x.shape[0]
+        if self.self_attention:
+            q, k, v = self.qkv_proj(x).split(
+                [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1
+            )
+        else:
+            assert memory is not None, "cross-attention needs the encoder output"
+            q = self.q_proj(x)
+            k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+        q, k, v = (t.view(t.shape[0], self.heads, -1) for t in (q, k, v))  # (N, h, d)
+        p = self.dropout if self.training else 0.0
+        if _variable_length(q, p):
+            window = (-1, 0) if causal else (-1, -1)
+            out = cast(Tensor, varlen.varlen_attn(
+                q, k, v, query.offsets, keys.offsets, query.longest, keys.longest, window_size=window
+            ))  # fmt: skip
+        else:  # the padded layout for the call: a padded batch's attention, exactly
+            mask = None if causal else keys.key_mask()
+            padded, _ = self._attend(query.padded(q), keys.padded(k), keys.padded(v), mask, causal, None, 1)
+            out = query.packed(padded)
+        return self.out_proj(out.reshape(n, self.heads * self.d_v))
 
 
 def _fold(x: Tensor, group: int) -> Tensor:

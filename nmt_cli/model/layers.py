@@ -145,9 +145,13 @@ class Embedding(nn.Module):
             positions, width = self.table.shape
             self.table = sinusoidal_table(positions, width, self.layout).to(self.tokens.weight.device)
 
-    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
-        """ids (B, T) at positions start..start+T-1 -> (B, T, d_model)."""
-        t = ids.shape[1]
-        pos = self.positions.weight[start : start + t] if self.learned else self.table[start : start + t]
-        x = self.tokens(ids) * self.scale + pos  # (B, T, d_model)
+    def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """ids (B, T) at positions start..start+T-1 -> (B, T, d_model); or packed ids (N,) at
+        `positions` (N,) -> (N, d_model)."""
+        table = self.positions.weight if self.learned else self.table
+        if positions is not None:
+            pos = table.index_select(0, positions)
+        else:
+            pos = table[start : start + ids.shape[1]]
+        x = self.tokens(ids) * self.scale + pos
         return dropout(x, self.dropout, self.training)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.model.attention import KVCache, MultiHeadAttention
 from nmt_cli.model.layers import Embedding, FeedForward, Residual
+from nmt_cli.model.packing import Packing
 from nmt_cli.special_ids import PAD_ID
 
 
@@ -108,6 +109,13 @@ class EncoderLayer(nn.Module):
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
         return x, scores
 
+    def forward_packed(self, x: Tensor, sentences: Packing) -> Tensor:
+        """The layer over packed tokens (N, d_model) laid out by `sentences`."""
+        x = self.attn_res.after(
+            x, self.self_attn.forward_packed(self.attn_res.before(x), sentences, sentences)
+        )
+        return self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -149,6 +157,15 @@ class DecoderLayer(nn.Module):
         x = self.cross_res.after(x, out)
         x = self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
         return x, cache, (self_scores, cross_scores)
+
+    def forward_packed(self, x: Tensor, sentences: Packing, memory: Tensor, sources: Packing) -> Tensor:
+        """The layer over packed target tokens (N, d_model) laid out by `sentences`, attending to
+        the packed encoder output `memory` laid out by `sources`."""
+        out = self.self_attn.forward_packed(self.self_res.before(x), sentences, sentences, causal=True)
+        x = self.self_res.after(x, out)
+        out = self.cross_attn.forward_packed(self.cross_res.before(x), sentences, sources, memory)
+        x = self.cross_res.after(x, out)
+        return self.ffn_res.after(x, self.ffn(self.ffn_res.before(x)))
 
 
 class Transformer(nn.Module):
@@ -281,19 +298,40 @@ class Transformer(nn.Module):
         return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam, watch)
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, rows: Tensor | None = None, project: bool = True
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        rows: Tensor | None = None,
+        project: bool = True,
+        packing: tuple[Packing, Packing] | None = None,
     ) -> Tensor:
         """Teacher-forced pass: src (B, S), tgt_in (B, T) -> logits (B, T, V).
 
         `rows` (N,), flat indices into the B x T target positions, keeps those positions only:
         logits (N, V), so that a loss projects and scores the real target tokens, not padding.
         `project=False` returns the decoder's output before the pre-softmax projection, (B, T,
-        d_model) or (N, d_model), for a loss that projects it itself (see `output_layer`)."""
+        d_model) or (N, d_model), for a loss that projects it itself (see `output_layer`).
+        `packing`: src (N_s,) and tgt_in (N_t,) are packed batches laid out by these (source,
+        target) packings (see model/packing.py) -> (N_t, V) or (N_t, d_model); `rows` unused."""
+        if packing is not None:
+            hidden = self._forward_packed(src, tgt_in, *packing)
+            return self.project(hidden) if project else hidden
         memory, src_mask = self.encode(src)
         hidden, _ = self._decode(tgt_in, self.init_state(memory, src_mask))
         if rows is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
         return self.project(hidden) if project else hidden
+
+    def _forward_packed(self, src: Tensor, tgt_in: Tensor, sources: Packing, targets: Packing) -> Tensor:
+        assert packing_supported(self.cfg), "packed batches need a model without RealFormer scores or windows"
+        memory = self.src_embed(src, positions=sources.positions)
+        for layer in self.encoder_layers:
+            memory = layer.forward_packed(memory, sources)
+        memory = self.encoder_norm(memory)
+        x = self.tgt_embed(tgt_in, positions=targets.positions)
+        for block in self.decoder_layers:
+            x = block.forward_packed(x, targets, memory, sources)
+        return self.decoder_norm(x)
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]:
         """The pre-softmax projection's (weight (V, d_model), bias (V,) or None): `project(h)` is
@@ -337,6 +375,12 @@ class Transformer(nn.Module):
         hidden, state = self._decode(tokens, state)
         logits = (project or self.project)(hidden[:, -1]).float()  # (B, V)
         return (logits.log_softmax(dim=-1) if normalize else logits), state
+
+
+def packing_supported(cfg: ModelConfig) -> bool:
+    """Whether the model trains on packed batches: not with RealFormer's scores, which pass
+    padded score tensors from layer to layer, nor restricted self-attention."""
+    return not cfg.residual_attention and cfg.attention_window == 0
 
 
 def count_parameters(model: nn.Module) -> int:

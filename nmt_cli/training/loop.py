@@ -36,7 +36,7 @@ from nmt_cli.training.bookkeeping import Bookkeeping, Progress
 from nmt_cli.training.distributed import World
 from nmt_cli.training.schedule import learning_rate
 from nmt_cli.training.signals import StopSignal
-from nmt_cli.training.update import accumulate_gradients, apply_update, with_real_rows
+from nmt_cli.training.update import accumulate_gradients, apply_update, packed, with_real_rows
 from nmt_cli.training.validate import validate
 
 
@@ -211,7 +211,8 @@ def _updates(
         tensors = []
         for idx in mine or group[:1]:  # group[:1]: a stand-in for an idle process
             pairs = [data.src[i] for i in idx], [data.tgt[i] for i in idx]
-            batch = with_real_rows(collate(*pairs, s.cfg.model.start_id, multiple))
+            padded = collate(*pairs, s.cfg.model.start_id, multiple)
+            batch = packed(padded) if tc.packed else with_real_rows(padded)
             tensors.append({k: v.pin_memory() for k, v in batch.items()} if pin else batch)
         yield group, tensors, not mine
         start += len(group)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nmt_cli.model.packing import Packing, packed_tokens
 from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training import distributed
 from nmt_cli.training.loss import linear_label_smoothed_nll
@@ -54,14 +55,17 @@ def accumulate_gradients(
     sums = torch.zeros(2, dtype=torch.float32, device=device)
     weight, bias = output_layer(model)
     for i, batch in enumerate(batches):
-        if "rows" not in batch:
+        if "target" not in batch:
             batch = with_real_rows(batch)
-        src, tgt_in, rows, target = (
-            batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "rows", "target")
-        )
+        src, tgt_in, target = (batch[k].to(device, non_blocking=True) for k in ("src", "tgt_in", "target"))
+        where: dict[str, Any]
+        if "packing" in batch:
+            where = {"packing": tuple(p.to(device, non_blocking=True) for p in batch["packing"])}
+        else:
+            where = {"rows": batch["rows"].to(device, non_blocking=True)}
         with distributed.gradient_sync(model, i == len(batches) - 1):
             with autocast(device, precision):
-                hidden = model(src, tgt_in, rows=rows, project=False)
+                hidden = model(src, tgt_in, project=False, **where)
                 loss, nll = linear_label_smoothed_nll(hidden, weight, bias, target, label_smoothing)
             if idle:
                 loss, nll = loss * 0.0, nll * 0.0
@@ -78,6 +82,23 @@ def with_real_rows(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     flat = batch["tgt_out"].reshape(-1)
     rows = (flat != PAD_ID).nonzero().view(-1)
     return {**batch, "rows": rows, "target": flat.index_select(0, rows)}
+
+
+def packed(batch: dict[str, Tensor]) -> dict[str, Any]:
+    """A padded batch packed (model/packing.py): "src" and "tgt_in" the real tokens end to end,
+    "target" the real tokens of tgt_out in the same order, "packing" their (source, target)
+    layouts; "tgt_out" stays for counting. Made on the host, in the prefetch thread."""
+    tgt_out = batch["tgt_out"]
+    real = tgt_out != PAD_ID  # tgt_in's real positions too (its first token may be the pad id)
+    src, sources = packed_tokens(batch["src"], PAD_ID)
+    lengths = real.sum(dim=1).tolist()
+    return {
+        "src": src,
+        "tgt_in": batch["tgt_in"][real],
+        "target": tgt_out[real],
+        "tgt_out": tgt_out,
+        "packing": (sources, Packing.of(lengths)),
+    }
 
 
 def output_layer(model: torch.nn.Module) -> tuple[Tensor, Tensor | None]:
