@@ -190,6 +190,10 @@ class TrainConfig:
     """Train through torch.compile of the model: its layers fused into fewer, larger kernels (a
     GPU's gain; compiling takes a minute or more, and each new batch shape may compile again, so
     it pairs with pad_to_multiple). Validation and checkpoints use the model as it is."""
+    half_weights: bool = False
+    """With precision "bf16": train through a bf16 copy of the model (weights, activations and the
+    residual stream in bf16, no autocast casts), Adam updating the fp32 weights that checkpoints
+    hold. Fewer, cheaper kernels: a GPU's gain."""
     packed: bool = False
     """Train on packed batches (model/packing.py): the sentences end to end, no padding; on a GPU
     attention is torch's variable-length flash attention. Not with model.residual_attention or
@@ -229,6 +233,12 @@ class TrainConfig:
             where,
             "train.corpus_weights",
             "must not be negative, and one at least must be positive",
+        )
+        _check(
+            not (self.half_weights and self.precision == "fp16"),
+            where,
+            "train.half_weights",
+            'is a bf16 mode: use train.precision = "bf16", or train.half_weights = false with fp16',
         )
         _check(
             len(self.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in self.adam_betas),

@@ -34,6 +34,7 @@ from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import distributed
 from nmt_cli.training.bookkeeping import Bookkeeping, Progress
 from nmt_cli.training.distributed import World
+from nmt_cli.training.precision import HalfWeights
 from nmt_cli.training.schedule import learning_rate
 from nmt_cli.training.signals import StopSignal
 from nmt_cli.training.update import accumulate_gradients, apply_update, packed, with_real_rows
@@ -70,7 +71,11 @@ class Session:
 def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     """Train until a stop condition; returns why it stopped."""
     cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
-    net = distributed.wrap(model, world, s.device)  # what forward and backward go through
+    # The bf16 copy of train.half_weights, or None: Adam updates `model`'s fp32 weights either way.
+    half = HalfWeights(model) if tc.half_weights and tc.precision == "bf16" else None
+    # Autocast would put the copy's layer norms and residual stream back in fp32.
+    precision = "fp32" if half is not None else tc.precision
+    net = distributed.wrap(model if half is None else half.copy, world, s.device)  # forward and backward
     if tc.compile:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = cast(torch.nn.Module, torch.compile(net))
@@ -86,6 +91,8 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     base_seconds, last_save = progress.train_seconds, time.monotonic()
     reason, lr = "", 0.0
     model.train()
+    if half is not None:
+        half.copy.train()
     with StopSignal(s.reporter.info if world.is_main else None) as stop:
         try:
             while not reason:
@@ -97,7 +104,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                             net,
                             tensors,
                             tc.label_smoothing,
-                            tc.precision,
+                            precision,
                             scaler,
                             s.device,
                             ntokens=distributed.target_tokens(group, tgt_len),
@@ -116,7 +123,11 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                             tc.lr,
                             spent,
                         )
+                        if half is not None:
+                            half.to_master()
                         outcome = apply_update(model, optimizer, scaler, lr, tc.clip_norm, loss.sums[0])
+                        if half is not None:
+                            half.from_master()
                         book.queue(loss, outcome, lr)  # counted as stepped until settled
                         reason = _stop_reason(tc, progress, signalled, stop.received, out_of_time)
                         minutes_due = 0 < tc.save_every_minutes * 60 <= time.monotonic() - last_save
