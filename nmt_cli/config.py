@@ -188,8 +188,8 @@ class TrainConfig:
     on a GPU, each read waits for the device."""
     compile: bool = False
     """Train through torch.compile of the model: its layers fused into fewer, larger kernels (a
-    GPU's gain; compiling takes a minute or more, and each new batch shape may compile again, so
-    it pairs with pad_to_multiple). Validation and checkpoints use the model as it is."""
+    GPU's gain; compiling takes a minute or more, once: the graph is compiled for dynamic batch
+    lengths and rows). Validation and checkpoints use the model as it is."""
     half_weights: bool = False
     """With precision "bf16": train through a bf16 copy of the model (weights, activations and the
     residual stream in bf16, no autocast casts), Adam updating the fp32 weights that checkpoints
@@ -200,8 +200,8 @@ class TrainConfig:
     model.attention_window."""
     pad_to_multiple: int = 0
     """Pad batch lengths to a multiple of this, and cut batches at a multiple of this many rows
-    where they can be: few distinct shapes, which GPU kernels and their caches (cuDNN attention
-    plans, compiled graphs) reuse. 0: 8 on a GPU, 1 (no padding) on a CPU."""
+    where they can be: few distinct shapes, which compiled graphs reuse. 0: 8 with train.compile
+    on a GPU, 1 (no padding) otherwise: eager kernels take any length."""
     seed: int = 1
     """Seed for initialisation, dropout and batch order."""
 

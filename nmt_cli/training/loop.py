@@ -78,7 +78,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     net = distributed.wrap(model if half is None else half.copy, world, s.device)  # forward and backward
     if tc.compile:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
-        net = cast(torch.nn.Module, torch.compile(net))
+        net = compiled(net)
     optimizer, scaler, progress = _optimizer_state(s, resume)
     finished = _finished(tc, progress)
     if finished:  # the same command run again: no update past the limit, no checkpoint pushed out
@@ -162,6 +162,12 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     return f"{reason} at update {progress.update}"
 
 
+def compiled(net: torch.nn.Module) -> torch.nn.Module:
+    """`net` through torch.compile, with dynamic shapes from the first batch on: batch lengths
+    and rows vary, and compiling for the first shape alone would compile again at the second."""
+    return cast(torch.nn.Module, torch.compile(net, dynamic=True))
+
+
 def _optimizer_state(
     s: Session, resume: checkpoint.Checkpoint | None
 ) -> tuple[torch.optim.Adam, torch.amp.GradScaler, Progress]:
@@ -203,11 +209,13 @@ def _epoch_batches(
 
 def shape_multiple(tc: TrainConfig, device: torch.device) -> int:
     """What batch lengths are padded to, and rows cut at: train.pad_to_multiple, or where it is
-    0, 8 on a GPU (tensor cores, and few shapes for cuDNN's plans) and 1 on a CPU (padding there
-    is work for nothing)."""
+    0, 8 for a compiled model on a GPU (few shapes, each compiled once) and 1 otherwise. Eager
+    kernels take any length (SDPA's flash and memory-efficient attention; the matmuls' fixed
+    sizes are d_model, d_ff and the vocabulary), and padding to 8 costs a tenth or more of the
+    tokens computed (bench/collate_speed.py)."""
     if tc.pad_to_multiple:
         return tc.pad_to_multiple
-    return 8 if device.type == "cuda" else 1
+    return 8 if tc.compile and device.type == "cuda" else 1
 
 
 def _updates(
