@@ -30,7 +30,8 @@ def make_batches(
     """Split pair indices into batches whose padded size (rows x longest side, EOS/BOS included)
     stays within max_tokens. Pairs that alone exceed max_tokens are left out.
 
-    With shuffle=False (validation) pairs are sorted by length and batches keep that order.
+    Inside buckets of shuffled pairs, pairs are sorted by their longer side, then by their source.
+    With shuffle=False (validation) all pairs are sorted so and batches keep that order.
     `pairs` (say, from `weighted_epoch`) batches those indices, repeats included, instead of all.
     `multiple` > 1 makes shapes that GPU kernels and their caches like: the width is counted
     rounded up to a multiple (as `collate(..., multiple)` pads it) and a batch is cut at a
@@ -65,7 +66,10 @@ def make_batches(
     batches: list[np.ndarray] = []
     for start in range(0, len(order), bucket):
         chunk = order[start : start + bucket]
-        chunk = chunk[np.argsort(width[chunk], kind="stable")]
+        # Then by source length: among pairs of one width either side may be the longer, and a
+        # batch cut inside a width holds the short sources together (each side pads to its own
+        # longest row). Stable, so ties keep the shuffled order.
+        chunk = chunk[np.lexsort((src_lengths[chunk], width[chunk]))]
         batches.extend(_split_sorted(chunk, width[chunk], max_tokens, multiple))
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -114,22 +118,55 @@ def _split_sorted(
     return [indices[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
+def real_share(
+    batches: list[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray, multiple: int = 1
+) -> float:
+    """Real tokens over padded tokens of `batches` as `collate(..., multiple)` pads them: the
+    source with its EOS, the target with its BOS or EOS (both views have one shape, so the
+    target counts once)."""
+    real = padded = 0
+    for idx in batches:
+        for lengths in (src_lengths[idx], tgt_lengths[idx]):
+            with_added_id = lengths.astype(np.int64) + 1
+            width = int(with_added_id.max())
+            real += int(with_added_id.sum())
+            padded += len(idx) * (width + (-width) % multiple)
+    return real / max(1, padded)
+
+
 def collate(
     src: list[np.ndarray], tgt: list[np.ndarray] | None = None, start_id: int = BOS_ID, multiple: int = 1
 ) -> dict[str, Tensor]:
     """Padded tensors: src (B, S) ending in EOS; tgt_in (B, T) starting with `start_id` (the
     model's decoder start, BOS for models nmt trained); tgt_out (B, T) ending in EOS. S and T
-    are padded up to a multiple of `multiple` (tensor cores work on multiples of 8)."""
-    batch = {"src": _pad([np.append(s, EOS_ID) for s in src], multiple)}
+    are padded up to a multiple of `multiple` (`training.loop.shape_multiple` says which)."""
+    tokens, lengths = _flat(src)
+    batch = {"src": _pad(tokens, lengths, multiple, end=EOS_ID)}
     if tgt is not None:
-        batch["tgt_in"] = _pad([np.insert(t, 0, start_id) for t in tgt], multiple)
-        batch["tgt_out"] = _pad([np.append(t, EOS_ID) for t in tgt], multiple)
+        tokens, lengths = _flat(tgt)
+        batch["tgt_in"] = _pad(tokens, lengths, multiple, start=start_id)
+        batch["tgt_out"] = _pad(tokens, lengths, multiple, end=EOS_ID)
     return batch
 
 
-def _pad(rows: list[np.ndarray], multiple: int = 1) -> Tensor:
-    width = max(len(r) for r in rows)
-    out = np.full((len(rows), width + (-width) % multiple), PAD_ID, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
+def _flat(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """All rows back to back, and each row's length: one copy for the batch, not one per row."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    return np.concatenate(rows), lengths
+
+
+def _pad(
+    tokens: np.ndarray, lengths: np.ndarray, multiple: int, start: int | None = None, end: int | None = None
+) -> Tensor:
+    """(B, W) of PAD_ID holding each row with `start` before it or `end` after it (one of the
+    two), W the longest row plus that one id, rounded up to a multiple of `multiple`."""
+    width = int(lengths.max()) + 1
+    out = np.full((len(lengths), width + (-width) % multiple), PAD_ID, dtype=np.int64)
+    # A boolean mask is filled in row-major order: row after row, as `tokens` lies.
+    body = out[:, 1:] if start is not None else out
+    body[np.arange(body.shape[1]) < lengths[:, None]] = tokens
+    if start is not None:
+        out[:, 0] = start
+    if end is not None:
+        out[np.arange(len(lengths)), lengths] = end
     return torch.from_numpy(out)

@@ -209,10 +209,10 @@ def _epoch_batches(
 
 def shape_multiple(tc: TrainConfig, device: torch.device) -> int:
     """What batch lengths are padded to, and rows cut at: train.pad_to_multiple, or where it is
-    0, 8 for a compiled model on a GPU (few shapes, each compiled once) and 1 otherwise. Eager
-    kernels take any length (SDPA's flash and memory-efficient attention; the matmuls' fixed
-    sizes are d_model, d_ff and the vocabulary), and padding to 8 costs a tenth or more of the
-    tokens computed (bench/collate_speed.py)."""
+    0, 8 for a compiled model on a GPU (few distinct shapes for the compiler) and 1 otherwise.
+    Eager kernels take any length (SDPA's flash and memory-efficient attention; the matmuls'
+    fixed sizes are d_model, d_ff and the vocabulary), and padding to 8 would add tokens computed
+    for nothing (bench/collate_speed.py prints the share of real tokens at each multiple)."""
     if tc.pad_to_multiple:
         return tc.pad_to_multiple
     return 8 if tc.compile and device.type == "cuda" else 1
