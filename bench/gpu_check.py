@@ -35,11 +35,12 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from gpu_measure import count_aten_ops, real_lengths, real_share, time_shares, training_flops
 from side_by_side import side_by_side  # bench/, beside this file
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -61,6 +62,7 @@ RESULT = ROOT / "bench" / "results" / "gpu_check.json"
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
 Figures = dict[str, Any]
+T = TypeVar("T")
 BACKENDS = (
     SDPBackend.FLASH_ATTENTION,
     SDPBackend.EFFICIENT_ATTENTION,
@@ -93,15 +95,18 @@ def combine(key: str, parts: Figures) -> Figures:
     return {key: parts, **checks(**{name: part.get("ok", True) for name, part in parts.items()})}
 
 
-def wmt_batch(tokens: int, vocab: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+def wmt_batch(
+    tokens: int, vocab: int, rng: np.random.Generator, multiple: int = 1
+) -> dict[str, torch.Tensor]:
     """Random ids in a batch shaped like WMT training: sentences of one length bucket (newstest
-    averages ~27 pieces, log-normal spread), as many rows as fit in `tokens` padded tokens."""
+    averages ~27 pieces, log-normal spread), as many rows as fit in `tokens` padded tokens, the
+    lengths padded to a `multiple` (`nmt train` pads to 8 for a compiled model on a GPU only)."""
     length = int(np.clip(rng.lognormal(3.15, 0.55), 3, 200))
     rows = max(1, tokens // (length + 4))
     sides = [
         [rng.integers(4, vocab, max(1, length + int(rng.integers(-3, 4)))) for _ in range(rows)] for _ in "st"
     ]
-    return collate(sides[0], sides[1], multiple=8 if CUDA else 1)  # as `nmt train` pads on a GPU
+    return collate(sides[0], sides[1], multiple=multiple)
 
 
 def pinned(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -112,6 +117,23 @@ def pinned(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def sync() -> None:
     if CUDA:
         torch.cuda.synchronize()
+
+
+def timed(work: Callable[[], T]) -> tuple[float, T]:
+    """Seconds `work` takes, host and device, and what it returns: between CUDA events on a GPU
+    (recorded on the idle stream before and after it, so the host's launching counts too), by
+    the host's clock on CPU."""
+    sync()
+    if not CUDA:
+        start = time.perf_counter()
+        value = work()
+        return time.perf_counter() - start, value
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    value = work()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1000, value
 
 
 def train_model(cfg: ModelConfig, seed: int = 0) -> tuple[Transformer, torch.optim.Adam]:
@@ -384,20 +406,21 @@ def matmul_peak() -> float:
     """Measured bf16 matmul FLOP/s: the denominator of model FLOPs utilisation."""
     n, reps = (8192, 20) if CUDA else (1024, 3)
     x = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+
+    def products() -> None:
+        for _ in range(reps):
+            torch.matmul(x, x)
+
     torch.matmul(x, x)
-    sync()
-    start = time.perf_counter()
-    for _ in range(reps):
-        torch.matmul(x, x)
-    sync()
-    return 2 * n**3 * reps / (time.perf_counter() - start)
+    seconds, _ = timed(products)
+    return 2 * n**3 * reps / seconds
 
 
 PAPER_UPDATES = {"base": 100_000, "big": 300_000}
 
 
 def queued_updates(
-    model: Transformer, opt: torch.optim.Adam, batches: list[dict[str, torch.Tensor]], targets: list[int]
+    model: torch.nn.Module, opt: torch.optim.Adam, batches: list[dict[str, torch.Tensor]], targets: list[int]
 ) -> None:
     """bf16 updates queued as the training loop queues them; their figures read once at the end."""
     scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
@@ -408,89 +431,122 @@ def queued_updates(
     pending.settle()
 
 
-def busy_share(work: Callable[[], None]) -> float | None:
-    """The share of `work`'s wall time in which a GPU kernel runs (the union of the kernels'
-    intervals in torch's profiler over the wall time; the profiler's own cost counts as idle)."""
-    if not CUDA:
-        return None
+def gpu_time(work: Callable[[], None], updates: int) -> Figures:
+    """Where the wall time of `work` (`updates` updates) goes, by torch's profiler: the shares of
+    matmul, attention, elementwise, loss, optimizer and other kernels and of idle time
+    (gpu_measure.time_shares; the profiler's own cost counts as idle), and CUDA kernels per
+    update, memory copies and sets left out. On CPU the same accounting runs over the outermost
+    aten operators: a check of the path, not a measurement."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if CUDA else [])]
     sync()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=activities) as prof:
         start = time.perf_counter()
         work()
         sync()
         wall_us = (time.perf_counter() - start) * 1e6
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
-    busy, reach = 0.0, float("-inf")
-    for begin, end in spans:
-        if end > reach:
-            busy += end - max(begin, reach)
-            reach = end
-    return round(min(1.0, busy / wall_us), 3)
+    if CUDA:
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    else:
+        # The outermost aten operators: they cover the time of those they call, without overlap.
+        events = [e for e in prof.events() if _aten(e) and not (e.cpu_parent and _aten(e.cpu_parent))]
+    spans = [(e.name, e.time_range.start, e.time_range.end) for e in events]
+    shares = time_shares(spans, wall_us)
+    kernels = sum(not name.startswith(("Memcpy", "Memset")) for name, _, _ in spans)
+    return {
+        "busy": round(1.0 - shares["idle"], 3),
+        "shares": {name: round(share, 3) for name, share in shares.items()},
+        "kernels_per_update": round(kernels / updates, 1) if CUDA else None,
+    }
 
 
-def throughput() -> Figures:
-    """bf16 training tokens/s, MFU, the GPU's busy share, peak memory and the hours of the paper's
-    schedule at this speed; beam-4 and greedy decoding speed."""
+def _aten(event: Any) -> bool:
+    return event.name.startswith("aten::")
+
+
+def train_throughput(cfg: ModelConfig, peak: float) -> tuple[Figures, Transformer]:
+    """bf16 training of `cfg` on WMT-shaped random batches queued as the loop queues them: target
+    tokens/s; MFU of the FLOPs run (FlopCounterMode: padding counts) and of the real tokens'
+    (gpu_measure.training_flops); real over padded tokens; where the GPU's time goes and its
+    kernels per update (on CPU: aten operators of one update, as tests/unit/test_op_count.py
+    counts them); peak memory. Returns the trained model too, for decoding."""
+    tokens, updates = (25000, 8) if CUDA else (2000, 3)
+    rng = np.random.default_rng(0)
+    model, opt = train_model(cfg)
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
+    batches = [pinned(wmt_batch(tokens, cfg.tgt_vocab_size, rng)) for _ in range(updates)]
+    flops = 0.0
+    for batch in batches:  # counting the FLOPs of each batch warms up too
+        with FlopCounterMode(display=False) as counter:
+            accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE)
+        opt.zero_grad(set_to_none=True)
+        flops += counter.get_total_flops()
+    real = sum(training_flops(cfg, *real_lengths(batch)) for batch in batches)
+    targets = [int((b["tgt_out"] != 0).sum()) for b in batches]  # known on the host, as in the loop
+    if CUDA:
+        torch.cuda.reset_peak_memory_stats()
+    seconds, _ = timed(functools.partial(queued_updates, model, opt, batches, targets))
+    profiled = gpu_time(functools.partial(queued_updates, model, opt, batches[:3], targets[:3]), 3)
+    if not CUDA:  # no torch.compile'd loss on CPU, so the dispatch mode counts every operator
+        one = functools.partial(queued_updates, model, opt, batches[:1], targets[:1])
+        profiled["kernels_per_update"] = count_aten_ops(one)
+    figures: Figures = {
+        "tokens_per_update": round(sum(targets) / updates),
+        "target_tokens_per_s": round(sum(targets) / seconds),
+        "mfu": round(flops / seconds / peak, 4), "mfu_real": round(real / seconds / peak, 4),
+        "real_share": round(real_share(batches), 3),
+        "gpu_busy_share": profiled["busy"], "time_shares": profiled["shares"],
+        "kernels_per_update": profiled["kernels_per_update"],
+        "kernels_counted": "CUDA kernels (profiler)" if CUDA else "aten operators (dispatch, CPU)",
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if CUDA else None,
+    }  # fmt: skip
+    return figures, model
+
+
+def decode_throughput(model: Transformer, cfg: ModelConfig) -> Figures:
+    """Beam-4 and greedy decoding of WMT-shaped random sentences: sentences/s and tokens/s."""
+    decoder = copy.deepcopy(model).eval()
+    if CUDA:
+        decoder = decoder.to(torch.bfloat16)  # as `nmt translate --precision bf16` does
+    rng = np.random.default_rng(1)
+    sentences = 500 if CUDA else 16
+    lengths = np.clip(rng.lognormal(3.15, 0.55, sentences), 3, 200).astype(int)
+    src = [rng.integers(4, cfg.src_vocab_size, n) for n in lengths]
+    figures: Figures = {}
+    for beam in (4, 1):
+        settings = DecodeSettings(DecodeConfig(beam=beam), batch_tokens=8192)
+        seconds, hyps = timed(
+            functools.partial(translate_sentences, Ensemble([decoder]), src, settings, DEVICE)
+        )
+        produced = sum(len(h[0].tokens) + 1 for h in hyps)  # + EOS
+        figures[f"beam{beam}"] = {
+            "sentences_per_s": round(sentences / seconds, 1),
+            "tokens_per_s": round(produced / seconds),
+        }
+    return figures
+
+
+def throughput(models: dict[str, ModelConfig] | None = None, decode: bool = True) -> Figures:
+    """bf16 training figures (train_throughput) of the paper's base and big models, or of
+    `models`, and the hours of the paper's schedule at this speed; beam-4 and greedy decoding
+    speed unless not `decode`."""
     peak = matmul_peak()
-    models = {"base": BASE, "big": BIG} if CUDA else {"tiny": TINY}
-    tokens, updates, sentences = (25000, 8, 500) if CUDA else (2000, 3, 16)
     out: Figures = {"matmul_peak_tflops": round(peak / 1e12, 3)}
-    for name, cfg in models.items():
-        rng = np.random.default_rng(0)
-        model, opt = train_model(cfg)
-        scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
-        batches = [pinned(wmt_batch(tokens, cfg.tgt_vocab_size, rng)) for _ in range(updates)]
-        flops = 0.0
-        for batch in batches:  # counting the FLOPs of each batch warms up too
-            with FlopCounterMode(display=False) as counter:
-                accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE)
-            opt.zero_grad(set_to_none=True)
-            flops += counter.get_total_flops()
-        if CUDA:
-            torch.cuda.reset_peak_memory_stats()
-        targets = [int((b["tgt_out"] != 0).sum()) for b in batches]  # known on the host, as in the loop
-        sync()
-        start = time.perf_counter()
-        queued_updates(model, opt, batches, targets)
-        sync()
-        seconds = time.perf_counter() - start
-        target = sum(targets)
-        busy = busy_share(functools.partial(queued_updates, model, opt, batches[:3], targets[:3]))
-        tokens_per_s = target / seconds
-        figures: Figures = {
-            "tokens_per_update": round(target / updates), "target_tokens_per_s": round(tokens_per_s),
-            "mfu": round(flops / seconds / peak, 4), "gpu_busy_share": busy,
-            "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if CUDA else None,
-        }  # fmt: skip
+    for name, cfg in (models or ({"base": BASE, "big": BIG} if CUDA else {"tiny": TINY})).items():
+        figures, model = train_throughput(cfg, peak)
         if name in PAPER_UPDATES:  # the paper's schedule at ~25k target tokens an update (§5.1, §5.3)
-            figures["paper_schedule_hours"] = round(PAPER_UPDATES[name] * 25000 / tokens_per_s / 3600, 2)
-        decoder = copy.deepcopy(model).eval()
-        if CUDA:
-            decoder = decoder.to(torch.bfloat16)  # as `nmt translate --precision bf16` does
-        del model, opt
-        lengths = np.clip(rng.lognormal(3.15, 0.55, sentences), 3, 200).astype(int)
-        src = [rng.integers(4, cfg.src_vocab_size, n) for n in lengths]
-        for beam in (4, 1):
-            settings = DecodeSettings(DecodeConfig(beam=beam), batch_tokens=8192)
-            sync()
-            start = time.perf_counter()
-            hyps = translate_sentences(Ensemble([decoder]), src, settings, DEVICE)
-            sync()
-            seconds = time.perf_counter() - start
-            produced = sum(len(h[0].tokens) + 1 for h in hyps)  # + EOS
-            figures[f"beam{beam}"] = {
-                "sentences_per_s": round(sentences / seconds, 1),
-                "tokens_per_s": round(produced / seconds),
-            }
+            hours = PAPER_UPDATES[name] * 25000 / figures["target_tokens_per_s"] / 3600
+            figures["paper_schedule_hours"] = round(hours, 2)
+        if decode:
+            figures.update(decode_throughput(model, cfg))
         out[name] = figures
-        del decoder
+        del model
         if CUDA:
             torch.cuda.empty_cache()
-    out["note"] = "untrained models: greedy outputs mostly run to the length limit (source + 50)"
+    if decode:
+        out["note"] = "untrained models: greedy outputs mostly run to the length limit (source + 50)"
     return out
 
 
@@ -498,12 +554,13 @@ def compiled(modes: list[str]) -> Figures:
     """bf16 training through torch.compile of the model, as `train.compile` trains, against the
     eager model: the same updates over a few batch shapes (the bounded set that padding to
     multiples of 8 and length buckets give), timed once every shape has been compiled. Per mode:
-    target tokens/s, MFU, the ratio to eager, the first pass's seconds (compilation included) and
-    the first update's loss (the same model: equal but for dropout's draws and bf16 rounding)."""
+    target tokens/s, MFU (padded, and of the real tokens), the ratio to eager, the first pass's
+    seconds (compilation included) and the first update's loss (the same model: equal but for
+    dropout's draws and bf16 rounding)."""
     cfg = BASE if CUDA else TINY
     tokens, shapes, updates = (25000, 4, 12) if CUDA else (2000, 2, 4)
     rng = np.random.default_rng(1)
-    kinds = [pinned(wmt_batch(tokens, cfg.tgt_vocab_size, rng)) for _ in range(shapes)]
+    kinds = [pinned(wmt_batch(tokens, cfg.tgt_vocab_size, rng, 8 if CUDA else 1)) for _ in range(shapes)]
     batches = [kinds[i % shapes] for i in range(updates)]
     targets = [int((b["tgt_out"] != 0).sum()) for b in batches]
     scaler = torch.amp.GradScaler(DEVICE.type, enabled=False)
@@ -514,27 +571,24 @@ def compiled(modes: list[str]) -> Figures:
             accumulate_gradients(model, [batch], 0.1, "bf16", scaler, DEVICE)
         flops += counter.get_total_flops() * (updates // shapes)
     del model
-    out: Figures = {"model": "base" if CUDA else "tiny", "shapes": shapes, "updates": updates}
+    real = sum(training_flops(cfg, *real_lengths(batch)) for batch in batches)
+    out: Figures = {"model": "base" if CUDA else "tiny", "shapes": shapes, "updates": updates,
+                    "real_share": round(real_share(batches), 3)}  # fmt: skip
     for mode in ["eager", *modes]:
         torch._dynamo.reset()  # each mode compiles from nothing, as a new run would
         model, opt = train_model(cfg)
-        net = model if mode == "eager" else torch.compile(model, mode=mode)
+        net = model if mode == "eager" else cast(torch.nn.Module, torch.compile(model, mode=mode))
         first = accumulate_gradients(net, [batches[0]], 0.1, "bf16", scaler, DEVICE)
         opt.zero_grad(set_to_none=True)
-        sync()
-        start = time.perf_counter()
-        queued_updates(net, opt, batches, targets)  # the first pass compiles every shape
-        sync()
-        first_pass = time.perf_counter() - start
-        start = time.perf_counter()
-        queued_updates(net, opt, batches, targets)
-        sync()
-        seconds = time.perf_counter() - start
+        # The first pass compiles every shape.
+        first_pass, _ = timed(functools.partial(queued_updates, net, opt, batches, targets))
+        seconds, _ = timed(functools.partial(queued_updates, net, opt, batches, targets))
         out[mode] = {
             "first_loss": round(float(first.sums[0]) / first.tokens, 4),
             "first_pass_s": round(first_pass, 2),
             "target_tokens_per_s": round(sum(targets) / seconds),
             "mfu": round(flops / seconds / peak, 4),
+            "mfu_real": round(real / seconds / peak, 4),
         }
         del model, opt, net
         if CUDA:
