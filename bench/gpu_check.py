@@ -6,8 +6,10 @@ process; the SDPA backends and the attention-mask invariants; training and decod
 the paper's base and big models; training through torch.compile against the eager model
 (`--compile-modes`, e.g. default,reduce-overhead for CUDA graphs); bf16 against fp32 decoding
 with and without cuDNN attention; constrained decoding with word alignment read during the
-search, against the CPU's; fairseq beside nmt, training and decoding the same data in the same
-run (bench/side_by_side.py; skipped where fairseq is not importable). Each step is {"name",
+search, against the CPU's; packed batches, the bf16 copy and torch.compile against the padded
+autocast update, and train.fit_batch's batch for the WMT14 recipes (bench/gpu_paths.py);
+fairseq beside nmt, training and decoding the same data in the same run
+(bench/side_by_side.py; skipped where fairseq is not importable). Each step is {"name",
 "ok", figures..., "error" when it failed}; a failing step does not stop the others, and the exit
 status is 1 when any failed.
 
@@ -41,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gpu_measure import count_aten_ops, real_lengths, real_share, time_shares, training_flops
+from gpu_paths import batch_fit, path_equivalence, path_throughput
 from side_by_side import side_by_side  # bench/, beside this file
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -761,6 +764,9 @@ def main(argv: list[str]) -> int:
             "compiled": lambda: compiled([m for m in args.compile_modes.split(",") if m]),
             "decode_attention": decode_attention,
             "constraints_and_alignment": constraints_and_alignment,
+            "path_equivalence": path_equivalence,
+            "path_throughput": path_throughput,
+            "batch_fit": batch_fit,
             "side_by_side": lambda: side_by_side(args.data, root / "side_by_side", args.seconds),
         }
         names = [name for name in args.only.split(",") if name] or list(steps)

@@ -11,6 +11,9 @@ Steps, in this order, each started only while its share of the time is left:
 3. recipe: `nmt train --recipe recipes/wmt14_en_de/base.toml` as written on the WMT-shaped
    corpus, only its stop condition, logging and validation overridden: the median tokens/s of
    its log records over throughput's for the same model.
+   paths (bench/gpu_paths.py): packed batches, the bf16 copy and torch.compile against the
+   padded autocast update, equal updates on this GPU and tokens/s side by side; batch_fit: the
+   batch train.fit_batch finds for the WMT14 recipes on this GPU, base and big.
 4. padding: real / padded tokens of the batches `nmt train` makes with that run's batch size
    (as train.fit_batch found it) from Multi30k's and from the WMT-shaped lengths.
 5. side_by_side (bench/side_by_side.py, where fairseq is importable): fairseq-train against
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 from gpu_check import BASE, BIG, CUDA, TINY, clean, run, throughput  # bench/, beside this file
+from gpu_paths import batch_fit, path_equivalence, path_throughput
 from side_by_side import NMT_TINY, median_after_two, raw_corpus, side_by_side
 from side_by_side import run as command
 
@@ -165,6 +169,12 @@ def padding(r: Run, max_tokens: int) -> Figures:
     return shares
 
 
+def paths(cfg: ModelConfig) -> Figures:
+    """bench/gpu_paths.py's equivalence and throughput of the training paths, one model."""
+    same, speed = path_equivalence(), path_throughput({"base": cfg})
+    return {"equivalence": same, "throughput": speed, "ok": same["ok"] and speed["ok"]}
+
+
 def measure(r: Run, record: Callable[[str, Figures], None]) -> None:
     """Run the steps in order, each (on a GPU) only while the time it needs is left, and give
     each one's figures to `record` as it ends."""
@@ -190,6 +200,10 @@ def measure(r: Run, record: Callable[[str, Figures], None]) -> None:
         100,
         lambda: throughput({**models, **({"recipe": recipe_model(r)} if prepared else {})}, decode=False),
     )
+    # The training paths besides the recipe's (packed, the bf16 copy, compiled): equal to the
+    # padded update on this GPU, and their speed beside it; then what train.fit_batch finds.
+    step("paths", 150, lambda: paths(models["base"]))
+    step("batch_fit", 30, batch_fit)
     if prepared:
         side_needs = 2 * 15 + SIDE_OVERHEAD_S
         minutes = min(1.0, max(0.5, (r.left() - RECIPE_OVERHEAD_S - side_needs) / 60))
@@ -243,6 +257,12 @@ def table(steps: dict[str, Figures]) -> list[Figures]:
          ""),
         ("real / padded tokens, WMT-shaped lengths", "padding", figure(steps, "padding", "wmt"), True, 0.9,
          ""),
+        *(
+            (f"{path.replace('_', ' ')} / padded autocast training tokens/s, base", "paths",
+             figure(steps, "paths", "throughput", "base", f"{path}_over_autocast"), True, 1.0,
+             "equal updates" if figure(steps, "paths", "equivalence", "ok") else "")
+            for path in ("packed", "half_weights", "packed_half_weights", "compiled_packed_half_weights")
+        ),
         ("decoding sentences/s, beam 5, fairseq's model, same GPU", "side_by_side",
          figure(steps, "side_by_side", "decoding", "nmt", "sentences_per_s"), True, 1144, "2x round 1's 572"),
     ]  # fmt: skip

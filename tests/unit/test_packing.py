@@ -110,7 +110,9 @@ def test_training_on_packed_batches_follows_the_padded_run(corpus: Corpus, tmp_p
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
 
 
-def test_training_refuses_packed_batches_for_a_model_that_needs_padding(corpus: Corpus, tmp_path: Path, capsys):
+def test_training_refuses_packed_batches_for_a_model_that_needs_padding(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = train_args(corpus.data, tmp_path / "run", "train.packed=true", "model.attention_window=2")
     assert nmt(*args) == 2
     assert "train.packed" in capsys.readouterr().err
