@@ -11,13 +11,13 @@ Steps, in this order, each started only while its share of the time is left:
 3. recipe: `nmt train --recipe recipes/wmt14_en_de/base.toml` as written on the WMT-shaped
    corpus, only its stop condition, logging and validation overridden: the median tokens/s of
    its log records over throughput's for the same model.
-   paths (bench/gpu_paths.py): packed batches, the bf16 copy and torch.compile against the
-   padded autocast update, equal updates on this GPU and tokens/s side by side; batch_fit: the
-   batch train.fit_batch finds for the WMT14 recipes on this GPU, base and big.
 4. padding: real / padded tokens of the batches `nmt train` makes with that run's batch size
    (as train.fit_batch found it) from Multi30k's and from the WMT-shaped lengths.
 5. side_by_side (bench/side_by_side.py, where fairseq is importable): fairseq-train against
    `nmt train`, then beam-5 decoding of fairseq's model by both.
+6. paths (bench/gpu_paths.py), in the time left: packed batches, the bf16 copy and torch.compile
+   against the padded autocast update, equal updates on this GPU and tokens/s side by side; then
+   batch_fit: the batch train.fit_batch finds for the WMT14 recipes on this GPU, base and big.
 The CPU's figures (training tokens/s, the Multi30k recipe's BLEU) are measured on the CPU, not here.
 
 Without CUDA, or with --dry-run, every step runs on CPU with a tiny model (the big one left out)
@@ -200,10 +200,6 @@ def measure(r: Run, record: Callable[[str, Figures], None]) -> None:
         100,
         lambda: throughput({**models, **({"recipe": recipe_model(r)} if prepared else {})}, decode=False),
     )
-    # The training paths besides the recipe's (packed, the bf16 copy, compiled): equal to the
-    # padded update on this GPU, and their speed beside it; then what train.fit_batch finds.
-    step("paths", 150, lambda: paths(models["base"]))
-    step("batch_fit", 30, batch_fit)
     if prepared:
         side_needs = 2 * 15 + SIDE_OVERHEAD_S
         minutes = min(1.0, max(0.5, (r.left() - RECIPE_OVERHEAD_S - side_needs) / 60))
@@ -213,6 +209,11 @@ def measure(r: Run, record: Callable[[str, Figures], None]) -> None:
     seconds = min(30.0, max(15.0, (r.left() - SIDE_OVERHEAD_S) / 2)) if CUDA else 20.0
     work = r.work / "side_by_side"
     step("side_by_side", 2 * seconds + SIDE_OVERHEAD_S, lambda: side_by_side(r.data, work, seconds))
+    # Last, in the time left: the training paths besides the recipe's (packed, the bf16 copy,
+    # compiled), equal to the padded update on this GPU and their speed beside it; then what
+    # train.fit_batch finds for base and big.
+    step("paths", 150, lambda: paths(models["base"]))
+    step("batch_fit", 30, batch_fit)
 
 
 # --- the table ----------------------------------------------------------------------------------
