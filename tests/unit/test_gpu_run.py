@@ -75,7 +75,7 @@ def test_the_dry_run_runs_every_step_on_cpu(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "out" / "gpu_run.json").read_text(encoding="utf-8"))
     assert report["dry_run"] and report["ok"]
     steps = report["steps"]
-    assert set(steps) == {"corpora", "throughput", "recipe", "padding", "side_by_side"}
+    assert set(steps) == {"corpora", "throughput", "recipe", "padding", "side_by_side", "paths", "batch_fit"}
     assert {"base", "recipe"} <= set(steps["throughput"])
     assert steps["recipe"]["records"] >= 1 and 0 < steps["padding"]["wmt"] <= 1
     values = [row["value"] for row in report["rows"]]
