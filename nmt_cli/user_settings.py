@@ -104,7 +104,7 @@ class TranslateJob:
     input_path: Path | None = None  # None: stdin
     output_path: Path | None = None  # None: stdout
     nbest: int = 1
-    batch_tokens: int = 4096
+    batch_tokens: int | None = None  # None: the device's default
     buffer_size: int = 5000
     split_sentences: bool = False
     alignments: bool = False
@@ -125,4 +125,4 @@ class AttendJob:
     layer: int | None = None  # 1..N; None: the last
     head: int | None = None  # 1..h; None: the mean over heads
     picture_format: str = "png"
-    batch_tokens: int = 4096
+    batch_tokens: int | None = None  # None: the device's default

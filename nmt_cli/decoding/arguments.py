@@ -15,14 +15,14 @@ from typing import Any, cast
 
 import torch
 
-from nmt_cli.decoding.settings import BATCH_TOKENS, DecodeOptions, DecodeSettings, Sampling, with_terms
+from nmt_cli.decoding.settings import DecodeOptions, DecodeSettings, Sampling, with_terms
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import SettingError
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides
 
 SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
-Settings = Callable[[DecodeOverrides, int | None, int, Sampling | None], DecodeSettings]
+Settings = Callable[[DecodeOverrides, int | None, int | None, Sampling | None], DecodeSettings]
 """`Translator.settings`: the checked settings of a call."""
 
 
@@ -99,5 +99,5 @@ def call_settings(settings: Settings, options: DecodeOptions, nbest: int, caller
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
     given = cast(dict[str, Any], options)
     search = DecodeOverrides(**{name: given[name] for name in SEARCH_FIELDS if name in given})
-    checked = settings(search, nbest, given.get("batch_tokens", BATCH_TOKENS), given.get("sampling"))
+    checked = settings(search, nbest, given.get("batch_tokens"), given.get("sampling"))
     return with_terms(checked, given.get("glossary"), given.get("ordered_constraints", False))

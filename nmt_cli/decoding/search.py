@@ -128,7 +128,7 @@ def greedy_search(
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, settings.alignments)
+    batch = ensemble.start(src, 1, vocab, settings.alignments, max_steps)
     out = torch.full((n, max_steps), PAD_ID, dtype=torch.long, device=device)
     totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
@@ -187,7 +187,7 @@ def beam_search(
     every = 1 if constraints is not None else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, align)
+    batch = ensemble.start(src, 1, vocab, align, max_steps)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids in the batch

@@ -52,10 +52,10 @@ from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders,
 )
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's, imported from here too)
-    BATCH_TOKENS,
     DecodeOptions,
     DecodeSettings,
     Sampling,
+    default_batch_tokens,
     resolve,
 )
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
@@ -219,10 +219,13 @@ class Translator:
         self,
         search: DecodeOverrides = DecodeOverrides(),
         nbest: int | None = None,
-        batch_tokens: int = BATCH_TOKENS,
+        batch_tokens: int | None = None,
         sampling: Sampling | None = None,
     ) -> DecodeSettings:
-        """The checked settings of a call, over this translator's defaults (`settings.resolve`)."""
+        """The checked settings of a call, over this translator's defaults (`settings.resolve`);
+        `batch_tokens` None: the default of the translator's device (`default_batch_tokens`)."""
+        if batch_tokens is None:
+            batch_tokens = default_batch_tokens(self.device.type)
         settings = resolve(self.decode, search, nbest, batch_tokens, sampling)
         if settings.search.shortlist and self.shortlist is None:
             raise SettingError(

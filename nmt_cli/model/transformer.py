@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_cli.config import ModelConfig
-from nmt_cli.model.attention import KVCache, MultiHeadAttention
+from nmt_cli.model.attention import KVCache, MultiHeadAttention, SelfCache, StaticKVCache
 from nmt_cli.model.layers import Embedding, FeedForward, Residual
 from nmt_cli.model.packing import Packing
 from nmt_cli.special_ids import PAD_ID
@@ -27,8 +27,10 @@ class DecoderState:
 
     memory_kv: list[KVCache]
     """Cross-attention keys/values per decoder layer, projected once from the encoder output."""
-    self_kv: list[KVCache | None]
-    """Self-attention keys/values of the steps so far, per decoder layer."""
+    self_kv: list[SelfCache | None]
+    """Self-attention keys/values of the steps so far, per decoder layer: written in place where
+    the state was made with a capacity (`StaticKVCache`), so a state is stepped or reordered once
+    and decoding goes on from the state that returned."""
     src_mask: Tensor
     """(B, 1, 1, S), True at real source positions."""
     step: int = 0
@@ -132,13 +134,13 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         self_mask: Tensor | None,
         is_causal: bool,
-        cache: KVCache | None,
+        cache: SelfCache | None,
         memory_kv: KVCache,
         src_mask: Tensor,
         scores: ScorePair,
         group: int = 1,
         attended: list[Tensor] | None = None,
-    ) -> tuple[Tensor, KVCache | None, ScorePair]:
+    ) -> tuple[Tensor, SelfCache | None, ScorePair]:
         """`scores`: RealFormer's raw self- and cross-attention scores of the layer below (None,
         None without RealFormer or in the first layer); `group`: hypotheses per memory row;
         `attended`, where given, receives the encoder-decoder attention probabilities (B, h, T, S)
@@ -250,7 +252,7 @@ class Transformer(nn.Module):
         x = self.tgt_embed(tgt_in, start)
         self_mask, is_causal = self._target_mask(t, start, tgt_in.device)
         scores: ScorePair = (None, None)
-        new_kv: list[KVCache | None] = []
+        new_kv: list[SelfCache | None] = []
         attended: list[Tensor] = []
         for i, (layer, cache, memory_kv) in enumerate(
             zip(self.decoder, state.self_kv, state.memory_kv, strict=True)
@@ -290,12 +292,23 @@ class Transformer(nn.Module):
         return logits if self.output_bias is None else logits + self.output_bias
 
     def init_state(
-        self, memory: Tensor, src_mask: Tensor, beam: int = 1, watch: int | None = None
+        self,
+        memory: Tensor,
+        src_mask: Tensor,
+        beam: int = 1,
+        watch: int | None = None,
+        capacity: int | None = None,
     ) -> DecoderState:
         """The state before the first target token; decode_step then takes `beam` rows per sentence,
-        and records decoder layer `watch`'s cross-attention (`DecoderState.attended`)."""
+        and records decoder layer `watch`'s cross-attention (`DecoderState.attended`). `capacity`:
+        the most target positions that will be fed, for which the first step allocates the
+        self-attention caches (`StaticKVCache`); None for a teacher-forced pass, which keeps its
+        keys and values as they are (a later step then copies them into buffers that double)."""
         memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
-        return DecoderState(memory_kv, [None] * len(self.decoder), src_mask, 0, beam, watch)
+        self_kv: list[SelfCache | None] = [
+            None if capacity is None else StaticKVCache(capacity) for _ in self.decoder_layers
+        ]
+        return DecoderState(memory_kv, self_kv, src_mask, 0, beam, watch)
 
     def forward(
         self,

@@ -7,7 +7,6 @@ from conftest import VARIANTS, tiny_model
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.model import Transformer
-from nmt_cli.model.attention import KVCache
 from nmt_cli.model.layers import dropout
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -276,19 +275,3 @@ def test_a_model_holding_loaded_weights_is_the_model_that_loads_them(overrides: 
     built.eval(), held.eval()
     with torch.inference_mode():
         assert torch.equal(held(src, tgt), built(src, tgt))
-
-
-def test_a_reordering_left_to_the_next_append_gives_the_cache_an_eager_one_would() -> None:
-    """Beam search reorders the self-attention cache lazily (`reordered`), twice in a row when a
-    step is followed by sentences leaving; the next `extended` must hold exactly the rows that
-    index_select and cat would have given."""
-    torch.manual_seed(0)
-    k, v = torch.randn(6, 2, 3, 4), torch.randn(6, 2, 3, 4)
-    first, then = torch.tensor([5, 0, 0, 3, 2, 1]), torch.tensor([4, 1, 1])
-    new_k, new_v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
-    lazy = KVCache(k, v).reordered(first).reordered(then).extended(new_k, new_v)
-    rows = first.index_select(0, then)
-    assert torch.equal(lazy.k, torch.cat([k.index_select(0, rows), new_k], dim=2))
-    assert torch.equal(lazy.v, torch.cat([v.index_select(0, rows), new_v], dim=2))
-    assert lazy.rows is None and lazy.k.is_contiguous()
-    assert torch.equal(KVCache(k, v).reordered(first).index_select(then).k, k.index_select(0, rows))

@@ -97,7 +97,7 @@ class FullState:
 
 
 class Recompute(Ensemble):
-    def start(self, src, repeat, vocab=None, align=False):
+    def start(self, src, repeat, vocab=None, align=False, steps=None):
         rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
         return Batch([FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))])
 
