@@ -58,7 +58,7 @@ from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
 from nmt_cli.training.precision import autocast
-from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
+from nmt_cli.training.update import Pending, accumulate_gradients, apply_update, with_real_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "gpu_check.json"
@@ -109,7 +109,8 @@ def wmt_batch(
     sides = [
         [rng.integers(4, vocab, max(1, length + int(rng.integers(-3, 4)))) for _ in range(rows)] for _ in "st"
     ]
-    return collate(sides[0], sides[1], multiple=multiple)
+    # Its real rows found on the host, as the training loop's prefetch thread does.
+    return with_real_rows(collate(sides[0], sides[1], multiple=multiple))
 
 
 def pinned(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -212,7 +213,11 @@ def update_syncs() -> Figures:
     scaler = torch.amp.GradScaler(DEVICE.type, enabled=CUDA)
     rng = np.random.default_rng(2)
     batches = [
-        [pinned(wmt_batch(4000 if CUDA else 500, SMALL.tgt_vocab_size, rng)) for _ in range(2)]
+        # with_real_rows: the loop's prefetch thread finds each batch's real rows on the host
+        [
+            pinned(with_real_rows(wmt_batch(4000 if CUDA else 500, SMALL.tgt_vocab_size, rng)))
+            for _ in range(2)
+        ]
         for _ in range(6)
     ]
     precision = "fp16" if CUDA else "bf16"
