@@ -26,7 +26,7 @@ from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, res
 from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
 from nmt_cli.files import atomic_write, locked_directory
 from nmt_cli.model import Transformer, count_parameters
-from nmt_cli.model.transformer import packing_supported
+from nmt_cli.model.packing import packing_supported
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import batch_fit, distributed, run_directory

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nmt_cli.config import ModelConfig
+
 
 @dataclass
 class Packing:
@@ -91,3 +93,9 @@ def packed_tokens(padded: Tensor, pad_id: int) -> tuple[Tensor, Packing]:
     packing; made on the host."""
     real = padded != pad_id
     return padded[real], Packing.of(real.sum(dim=1).tolist())
+
+
+def packing_supported(cfg: ModelConfig) -> bool:
+    """Whether the model trains on packed batches: not with RealFormer's scores, which pass
+    padded score tensors from layer to layer, nor restricted self-attention."""
+    return not cfg.residual_attention and cfg.attention_window == 0

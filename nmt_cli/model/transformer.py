@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.model.attention import KVCache, MultiHeadAttention, SelfCache, StaticKVCache
 from nmt_cli.model.layers import Embedding, FeedForward, Residual
-from nmt_cli.model.packing import Packing
+from nmt_cli.model.packing import Packing, packing_supported
 from nmt_cli.special_ids import PAD_ID
 
 
@@ -388,12 +388,6 @@ class Transformer(nn.Module):
         hidden, state = self._decode(tokens, state)
         logits = (project or self.project)(hidden[:, -1]).float()  # (B, V)
         return (logits.log_softmax(dim=-1) if normalize else logits), state
-
-
-def packing_supported(cfg: ModelConfig) -> bool:
-    """Whether the model trains on packed batches: not with RealFormer's scores, which pass
-    padded score tensors from layer to layer, nor restricted self-attention."""
-    return not cfg.residual_attention and cfg.attention_window == 0
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -12,8 +12,7 @@ import torch
 from conftest import VARIANTS, Corpus, nmt, tiny_model, train_args
 
 from nmt_cli.data.batching import collate
-from nmt_cli.model.packing import Packing
-from nmt_cli.model.transformer import packing_supported
+from nmt_cli.model.packing import Packing, packing_supported
 from nmt_cli.report import MetricsLog
 from nmt_cli.special_ids import PAD_ID
 from nmt_cli.training.update import accumulate_gradients, packed, with_real_rows
