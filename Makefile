@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@# A set of versions that resolves can still fail to import (a half-finished upgrade): fail here.
+	$(BIN)/python -m pip check
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_optional_imports.py -k "integration_imports or import_check"
 	touch $(STAMP)
 
 # The fast tier: every test but those marked slow (pyproject.toml); SLOW=1, as .ci/run gives, runs all.

@@ -128,6 +128,27 @@ def stop_within(exc: BaseException) -> BaseException | None:
     return None
 
 
+def optional_import_failure(
+    err: ImportError, missing: str, package: str, modules: tuple[str, ...] = ()
+) -> BaseException:
+    """The error for an optional package that did not import. `missing` is the line for a package
+    that is not installed (what needs it and the pip command); `modules` are the modules whose
+    absence that line describes (`package` itself when none are given). An installed
+    package that fails to import (a dependency missing, or at a version it cannot use) is not
+    called missing: its ImportError is the real cause, and installing the extra again would not
+    change it. Ctrl-C or SIGTERM during the import (an extension's "initialization failed") is
+    the stop."""
+    if (stop := stop_within(err)) is not None:
+        return stop
+    if isinstance(err, ModuleNotFoundError) and err.name in (modules or (package,)):
+        return InputError(missing)
+    cause = " ".join(str(err).split())
+    return InputError(
+        f"{package} is installed but does not import: {cause}; `pip check` names versions that do not "
+        "work together, and `pip install --force-reinstall NAME` mends the package named"
+    )
+
+
 def _torch_out_of_memory(exc: BaseException) -> bool:
     """torch's allocators raise RuntimeErrors, not MemoryError: torch.OutOfMemoryError on a GPU,
     a plain one from the CPU allocator (a recipe's model or batch larger than the memory). Told

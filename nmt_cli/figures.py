@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.files import output_file, write_failure
 
 if TYPE_CHECKING:
@@ -22,8 +22,9 @@ def require_matplotlib() -> None:
     """Fail with one line naming the extra when matplotlib is not installed."""
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        raise InputError(f"pictures need matplotlib, an optional extra: {EXTRA}") from None
+    except ImportError as err:
+        missing = f"pictures need matplotlib, an optional extra: {EXTRA}"
+        raise optional_import_failure(err, missing, "matplotlib") from None
 
 
 def new_figure(width: float, height: float) -> Figure:

@@ -22,7 +22,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import loading
-from nmt_cli.errors import InputError, stop_within
+from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.files import hidden_name, own_descriptor, write_failure
 from nmt_cli.report import Reporter
@@ -122,12 +122,9 @@ def _import_ctranslate2() -> None:
         import ctranslate2  # noqa: F401
     except ImportError as err:
         # Ctrl-C or SIGTERM while its extension initializes reaches us as an ImportError
-        # ("initialization failed", pybind11's wrapping): the stop, not a missing package.
-        if (stop := stop_within(err)) is not None:
-            raise stop from None
-        raise InputError(
-            f"export to CTranslate2 needs the ctranslate2 package, an optional extra: {EXTRA}"
-        ) from None
+        # ("initialization failed", pybind11's wrapping): optional_import_failure gives the stop.
+        missing = f"export to CTranslate2 needs the ctranslate2 package, an optional extra: {EXTRA}"
+        raise optional_import_failure(err, missing, "ctranslate2") from None
 
 
 def _write_companions(staging: Path, models: dict[str, bytes], lengths: dict[str, Any]) -> None:

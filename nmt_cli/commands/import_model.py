@@ -11,7 +11,7 @@ import torch
 
 from nmt_cli import checkpoint, recipe
 from nmt_cli.config import RunConfig
-from nmt_cli.errors import InputError, NmtError, RunFailure
+from nmt_cli.errors import InputError, NmtError, RunFailure, optional_import_failure
 from nmt_cli.files import not_an_input, output_target
 from nmt_cli.importing import fairseq, marian
 from nmt_cli.importing.imported import Imported
@@ -151,11 +151,12 @@ def _local(source: str, reporter: Reporter) -> Path:
         raise InputError(f"{source}: not a Hugging Face model name; write hf:ORGANISATION/MODEL")
     try:
         from huggingface_hub import snapshot_download
-    except ImportError:
-        raise InputError(
-            f"{source}: downloading needs huggingface_hub (pip install huggingface_hub); or download "
+    except ImportError as err:
+        missing = (
+            f'{source}: downloading needs huggingface_hub (pip install "nmt-cli[import]"); or download '
             "the model yourself and give its directory"
-        ) from None
+        )
+        raise optional_import_failure(err, missing, "huggingface_hub") from None
     reporter.info(f"downloading {source[len(HUB_PREFIX) :]} from the Hugging Face hub")
     try:
         return Path(snapshot_download(source[len(HUB_PREFIX) :]))

@@ -26,7 +26,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
 
 from nmt_cli.data import text
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, optional_import_failure
 
 METRICS = ("bleu", "chrf", "ter")
 SACREBLEU = "sacreBLEU"
@@ -141,11 +141,12 @@ def _compound_splitter(pretok: str) -> Callable[[str], str]:
 def _moses_de() -> Callable[[str], str]:
     try:
         from sacremoses import MosesTokenizer
-    except ImportError:
-        raise InputError(
+    except ImportError as err:
+        missing = (
             "--compound-split needs sacremoses: pip install sacremoses "
             "(or give --tokenize none for text that is tokenized already)"
-        ) from None
+        )
+        raise optional_import_failure(err, missing, "sacremoses") from None
     moses = MosesTokenizer(lang="de")
 
     def tokenize(line: str) -> str:

@@ -28,7 +28,7 @@ from nmt_cli.decoding.terms import ConstraintError
 from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
-from nmt_cli.errors import InputError, NmtError, RunFailure, describe
+from nmt_cli.errors import InputError, NmtError, RunFailure, describe, optional_import_failure
 from nmt_cli.files import (
     fsync_directory,
     line_count,
@@ -147,10 +147,9 @@ def _check_options(job: TranslateJob) -> None:
     if text_format == "html":  # before the model is loaded and stdin waited for
         try:
             import lxml  # noqa: F401
-        except ImportError:
-            raise InputError(
-                '--format html: needs lxml, an optional extra: pip install "nmt-cli[html]"'
-            ) from None
+        except ImportError as err:
+            missing = '--format html: needs lxml, an optional extra: pip install "nmt-cli[html]"'
+            raise optional_import_failure(err, missing, "lxml") from None
     if text_format == "html" and (nbest > 1 or alignments or job.constraints):
         raise InputError(
             "--format html: one translation a line, with its markup; leave out --nbest, --alignments "

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.special_ids import UNK_ID
 
 KIND = "moses-subword-nmt"
@@ -87,13 +87,15 @@ class LanguageCodes:
 
 class MosesBpe:
     def __init__(self, spec: dict[str, Any]) -> None:
+        missing = 'this model is tokenized with Moses and subword-nmt BPE: pip install "nmt-cli[import]"'
         try:
             from sacremoses import MosesDetokenizer, MosesTokenizer
+        except ImportError as err:
+            raise optional_import_failure(err, missing, "sacremoses") from None
+        try:
             from subword_nmt.apply_bpe import BPE
-        except ImportError:
-            raise InputError(
-                'this model is tokenized with Moses and subword-nmt BPE: pip install "nmt-cli[import]"'
-            ) from None
+        except ImportError as err:
+            raise optional_import_failure(err, missing, "subword_nmt") from None
         self.spec = spec
         self.pieces: list[str] = list(spec["pieces"])
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}

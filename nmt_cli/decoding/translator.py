@@ -61,7 +61,7 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork, fork_safe_threads, open_descriptors
-from nmt_cli.errors import InputError, SettingError, literal
+from nmt_cli.errors import SettingError, literal, optional_import_failure
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
 
@@ -186,7 +186,9 @@ class Translator:
         try:
             from nmt_cli.decoding import markup
         except ImportError as err:
-            raise InputError(f'HTML needs lxml ({err}): pip install "nmt-cli[html]"') from None
+            raise optional_import_failure(
+                err, 'HTML needs lxml: pip install "nmt-cli[html]"', "lxml"
+            ) from None
         # Models tokenized with Moses and BPE give no alignment: their tags go by relative position.
         aligned = dataclasses.replace(settings, alignments=self.aligns)
 

@@ -20,7 +20,7 @@ import torch
 
 from nmt_cli.config import MAX_POSITIONS, DecodeConfig, ModelConfig
 from nmt_cli.data.tokenizer import LANGUAGE_CODES, LanguageCodes
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.importing.imported import Imported
 from nmt_cli.importing.layers import sizes, stacks
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
@@ -216,10 +216,9 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
     if (folder / "model.safetensors").is_file():
         try:
             from safetensors.torch import load_file
-        except ImportError:
-            raise InputError(
-                'reading model.safetensors needs safetensors: pip install "nmt-cli[import]"'
-            ) from None
+        except ImportError as err:
+            missing = 'reading model.safetensors needs safetensors: pip install "nmt-cli[import]"'
+            raise optional_import_failure(err, missing, "safetensors") from None
         try:
             return load_file(str(folder / "model.safetensors"))
         except Exception as err:  # noqa: BLE001 - safetensors' own error types

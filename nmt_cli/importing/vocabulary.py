@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import InputError, optional_import_failure
 
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 """nmt's ids 0-3 (config.PAD_ID, UNK_ID, BOS_ID, EOS_ID)."""
@@ -134,10 +134,9 @@ def _normal_pieces(model: bytes, what: str) -> list[str]:
 def _protobuf() -> Any:
     try:
         from sentencepiece import sentencepiece_model_pb2  # generated code: no types
-    except ImportError:
-        raise InputError(
-            'importing needs protobuf to rewrite sentencepiece models: pip install "nmt-cli[import]"'
-        ) from None
+    except ImportError as err:
+        missing = 'importing needs protobuf to rewrite sentencepiece models: pip install "nmt-cli[import]"'
+        raise optional_import_failure(err, missing, "protobuf", ("google", "google.protobuf")) from None
     return sentencepiece_model_pb2
 
 

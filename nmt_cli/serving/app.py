@@ -27,13 +27,14 @@ only inside `create_app`, so that the rest of the toolkit runs without it.
 
 import asyncio
 import contextlib
+import importlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
-from nmt_cli.errors import InputError
+from nmt_cli.errors import optional_import_failure
 from nmt_cli.serving import libretranslate
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
@@ -58,17 +59,18 @@ CROSS_ORIGIN = ("/translate", "/languages", "/detect", "/frontend/settings")
 /info (model paths) and /metrics stay same-origin."""
 
 
+SERVE_MODULES = ("fastapi", "lxml", "prometheus_client", "py3langid", "python_multipart", "uvicorn")
+
+
 def require_extra() -> None:
-    """Fail with one line naming the extra when a package of it (fastapi, uvicorn...) is missing."""
-    try:
-        import fastapi  # noqa: F401
-        import lxml  # noqa: F401
-        import prometheus_client  # noqa: F401
-        import py3langid  # noqa: F401
-        import python_multipart  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as err:
-        raise InputError(f"nmt serve needs {err.name}, part of an optional extra: {EXTRA}") from None
+    """Fail with one line naming the extra when a package of it (fastapi, uvicorn...) is missing,
+    or the package and its ImportError when one is installed but does not import."""
+    for module in SERVE_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            missing = f"nmt serve needs {module}, part of an optional extra: {EXTRA}"
+            raise optional_import_failure(err, missing, module) from None
 
 
 def create_app(

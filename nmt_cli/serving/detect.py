@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from nmt_cli.errors import InputError
+from nmt_cli.errors import optional_import_failure
 
 
 class Detector:
@@ -26,9 +26,9 @@ class Detector:
             if self._identifier is None:
                 try:
                     from py3langid.langid import MODEL_FILE, LanguageIdentifier
-                except ImportError:
+                except ImportError as err:
                     message = 'language identification needs py3langid: pip install "nmt-cli[serve]"'
-                    raise InputError(message) from None
+                    raise optional_import_failure(err, message, "py3langid") from None
                 identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
                 known = [code for code in self.languages if code in identifier.nb_classes]
                 if known:
