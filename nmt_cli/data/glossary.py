@@ -2,11 +2,13 @@
 where its source line holds their source terms.
 
 A glossary file is UTF-8 text, one entry a line: `source term<TAB>target term`. Each term is
-stripped of its surrounding whitespace and must not be empty. Lines with nothing but spaces are
-skipped; every other line is an entry, a line starting with `#` too, since `#` or `#1` may be a
-real term. A source term given twice is an error naming both lines, even with the same target:
-a glossary that says two things about one term is a mistake for its author to fix. An empty file
-is an error too (likely the wrong file); an empty `Glossary.of` is not (a caller's empty mapping).
+stripped of its surrounding whitespace and must not be empty; a target term needs a letter or a
+digit (the search could put a lone "." or "%" anywhere, and a stop ends the translation). Lines
+with nothing but spaces are skipped; every other line is an entry, a line starting with `#` too,
+since `#` or `#1` may be a real term. A source term given twice is an error naming both lines,
+even with the same target: a glossary that says two things about one term is a mistake for its
+author to fix. An empty file is an error too (likely the wrong file); an empty `Glossary.of` is
+not (a caller's empty mapping).
 
 Terms match whole words, case as the glossary writes them: `Berlin` matches "Berlin's" and
 "Berlin." but neither "berlin" nor "Berliner" (a glossary that wants both cases lists both). Words
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nmt_cli.data.text import is_unicode, iter_lines
+from nmt_cli.data.text import has_letters_or_digits, is_unicode, iter_lines
 from nmt_cli.errors import InputError
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -106,6 +108,9 @@ class Glossary:
             for side, empty in (("source", not key), ("target", not target)):
                 if empty:
                     raise InputError(f"{at(n)}: empty {side} term; give both terms or remove the entry")
+            if not has_letters_or_digits(target):  # a stop or a symbol alone would go anywhere
+                what = f"target term {target!r} has no letter or digit"
+                raise InputError(f"{at(n)}: {what}; give it with the word it goes with")
             if key in first:
                 again = f"source term {source.strip()!r} repeats {unit} {first[key]}"
                 raise InputError(f"{at(n)}: {again}; keep one of the two entries")

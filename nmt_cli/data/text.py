@@ -1,15 +1,16 @@
 """Strict line readers for plain UTF-8 text, shared by prepare, score and translate.
 
 A line ends at b"\\n" only (as for `wc -l` and the Moses scripts), so Unicode line
-separators inside a sentence never split it. A UTF-8 BOM on the first line and a
-trailing "\\r" (CRLF files) are removed. A NUL byte, or invalid UTF-8 unless
-errors="replace", is an InputError naming the file and line.
+separators inside a sentence never split it. A UTF-8 BOM at the start of a line (of the file, or
+of a file that `cat` joined to another) and a trailing "\\r" (CRLF files) are removed. A NUL
+byte, or invalid UTF-8 unless errors="replace", is an InputError naming the file and line.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +24,19 @@ _CHUNK = 1 << 20
 # and NUL (which cuts C strings): a decoded translation must never contain them.
 _BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\t\x00"
 _ONE_LINE = str.maketrans(dict.fromkeys(_BREAKS, " "))
+INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200e\u200f\u202a\u202b\u202c\u202d"
+    "\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\u206a\u206b\u206c\u206d\u206e"
+    "\u206f\u3164\ufeff\uffa0"
+)
+"""Characters that show nothing and belong to no word, which translation drops before encoding: the
+soft hyphen, zero-width space, word joiner, BOM, direction marks and controls, the Hangul fillers
+(Unicode's default-ignorable characters, less the variation selectors, which choose how an emoji or
+a character is drawn, and the joiners, which `visible` keeps inside a word)."""
+_INVISIBLE = str.maketrans(dict.fromkeys(INVISIBLE))
+# A zero-width (non-)joiner is part of a word's spelling in Persian, the Indic scripts and emoji
+# sequences; at a word's edge it joins nothing.
+_LOOSE_JOINERS = re.compile(r"(?<!\S)[\u200c\u200d]+|[\u200c\u200d]+(?!\S)")
 
 
 def check_readable(path: Path, name: str | None = None) -> None:
@@ -53,7 +67,7 @@ def decode_line(
         raw = raw[:-1]
     if raw.endswith(b"\r"):
         raw = raw[:-1]
-    if lineno == 1 and raw.startswith(BOM):
+    if raw.startswith(BOM):
         raw = raw[len(BOM) :]
     if b"\x00" in raw:
         # A NUL usually means UTF-16 or a binary file given by mistake; sentencepiece and
@@ -136,6 +150,24 @@ def is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def visible(text: str) -> str:
+    """`text` without its `INVISIBLE` characters and the joiners at a word's edge: a mid-file BOM
+    or a soft hyphen would otherwise be pieces the model reads, and a line of them a sentence to
+    invent. Whitespace is left as it is, so words are where they were (but for words that were
+    invisible only)."""
+    if text.isascii():
+        return text
+    text = text.translate(_INVISIBLE)
+    return _LOOSE_JOINERS.sub("", text) if "\u200c" in text or "\u200d" in text else text
+
+
+def has_letters_or_digits(text: str) -> bool:
+    """Whether `text` holds something to translate: a line of punctuation, symbols or emoji only
+    (or of nothing visible) has no word, and is kept as it is rather than given an invented
+    sentence; a phrase of them cannot be placed by meaning."""
+    return any(char.isalnum() for char in visible(text))
 
 
 def without_nul(text: str) -> str:

@@ -20,7 +20,7 @@ import torch
 from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.data.text import is_unicode, without_nul
+from nmt_cli.data.text import has_letters_or_digits, is_unicode, visible, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.errors import InputError
 from nmt_cli.special_ids import EOS_ID, UNK_ID
@@ -135,9 +135,10 @@ def _checked(
     """The line's `own` phrases and the glossary `terms` it matched as piece ids, or the error
     that names the first that cannot be met."""
     source = "constraints" if own else "glossary"
-    if not line.strip():
+    if not has_letters_or_digits(line):  # translation keeps such a line as it is
+        what = "a line without letters or digits" if visible(line).strip() else "an empty line"
         raise ConstraintError(
-            index, line, f"an empty line cannot contain {(own + terms)[0]!r}; leave its constraints out"
+            index, line, f"{what} cannot contain {(own + terms)[0]!r}; leave its constraints out"
         )
     encoded = [_encoded(index, line, p, vocabulary, "constraints") for p in own]
     encoded += [_encoded(index, line, p, vocabulary, "glossary") for p in terms]
@@ -155,11 +156,20 @@ def _checked(
 
 def _encoded(index: int, line: str, phrase: str, vocabulary: Vocabulary, source: str) -> tuple[int, ...]:
     phrase = without_nul(phrase)  # as in the lines
-    if not phrase.strip():
+    if not visible(phrase).strip():
         raise ConstraintError(index, line, "an empty constraint: leave it out", source)
     if not is_unicode(phrase):
         raise ConstraintError(
             index, line, f"constraint {phrase!r} is not valid Unicode (a lone surrogate)", source
+        )
+    if not has_letters_or_digits(phrase):
+        # Nothing ties it to a place in the sentence, and a stop met early ends the translation.
+        raise ConstraintError(
+            index,
+            line,
+            f"constraint {phrase!r} has no letter or digit: the search would put it anywhere; leave "
+            "it out, or give it with the word it goes with",
+            source,
         )
     ids = tuple(vocabulary.encode(phrase.strip()))
     if vocabulary.unk_id in ids:

@@ -180,3 +180,17 @@ def test_on_fairseqs_model_at_least_fairseqs_constrained_decoding(
     assert met(ours) >= met(fairseqs) >= 340  # fairseq meets 342 (341 ordered) as whole words
     bleu = [sacrebleu.corpus_bleu(out, [references]).score for out in (ours, fairseqs)]
     assert bleu[0] >= bleu[1] - 0.5, bleu
+
+
+def test_a_stop_alone_is_refused_but_a_word_with_its_stop_or_digits_are_met(
+    fairseq_model: Path,
+) -> None:
+    # The rule that refuses "." alone (tests/serve/test_decode_rules.py) refuses no more than that.
+    translator = Translator.load(fairseq_model, device="cpu", threads=1)
+    lines = ["A man is riding a bike in the park.", "Two dogs play in the snow."]
+    out = translator.translate(lines, constraints=[["Park."], []], glossary={"Two": "2"})
+    assert out[0].startswith("Ein Mann") and out[0].endswith("Park.")
+    assert out[1].split()[:2] == ["2", "Hunde"]
+    # A model that knows "." met it at once and stopped there: "Ein Mann fährt ."
+    with pytest.raises(ConstraintError, match="constraint '.' has no letter or digit"):
+        translator.translate(lines[:1], constraints=[["."]])

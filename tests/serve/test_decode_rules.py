@@ -167,3 +167,72 @@ def test_the_largest_settings_accepted_decode_without_overflow(
     )
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 16 and [line.split("\t")[2] for line in out[::8]] == [h[0][0] for h in hyps]
+
+
+# --- phrases that the search could not place: one rule, every front end --------------------------
+
+# (where the phrase is given, the phrase, what the refusal says). A phrase with no letter or digit
+# has nothing that ties it to a place in the sentence: "." turned "A man is riding a bike in the
+# park." into "Ein .", the translation ending where the stop was met.
+PHRASES = [
+    ("constraints", ".", "constraint '.' has no letter or digit"),
+    ("constraints", "?!", "constraint '?!' has no letter or digit"),
+    ("constraints", "%", "constraint '%' has no letter or digit"),
+    ("constraints", "\u200b", "an empty constraint"),  # nothing visible
+    ("glossary", ".", "target term '.' has no letter or digit"),
+    ("glossary", "\u2026", "target term '\u2026' has no letter or digit"),
+]
+PHRASE_IDS = [f"{kind}-{ascii(phrase)}" for kind, phrase, _ in PHRASES]
+SOURCE = "apple river"
+
+
+@pytest.mark.parametrize(("kind", "phrase", "says"), PHRASES, ids=PHRASE_IDS)
+def test_the_command_line_refuses_the_phrase_naming_its_line(
+    trained: TrainedRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    phrase: str,
+    says: str,
+) -> None:
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    if kind == "constraints":
+        src.write_text(f"{SOURCE}\n{SOURCE}\t{phrase}\n", encoding="utf-8")
+        options: list[object] = ["--constraints"]
+        where = f"{src}:2: "
+    else:
+        terms = tmp_path / "terms.tsv"
+        terms.write_text(f"river\t{phrase}\n", encoding="utf-8")
+        src.write_text(f"{SOURCE}\n", encoding="utf-8")
+        options, where = ["--glossary", terms], f"glossary {terms}:1: "
+    capsys.readouterr()
+    args = ("translate", "-m", trained.checkpoint, "--device", "cpu", "-i", src, "-o", out, *options)
+    assert nmt(*args) == 2
+    assert f"{where}{says}" in one_line_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("kind", "phrase", "says"), PHRASES, ids=PHRASE_IDS)
+def test_the_api_refuses_the_phrase_with_an_input_error(
+    translator: Translator, kind: str, phrase: str, says: str
+) -> None:
+    with pytest.raises(InputError) as raised, one_thread():
+        if kind == "constraints":
+            translator.translate([SOURCE], constraints=[[phrase]])
+        else:
+            translator.translate([SOURCE], glossary={"river": phrase})
+    assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(("kind", "phrase", "says"), PHRASES, ids=PHRASE_IDS)
+def test_both_routes_refuse_the_phrase_naming_the_field(
+    server: Server, kind: str, phrase: str, says: str
+) -> None:
+    field = {"constraints": [[phrase]]} if kind == "constraints" else {"glossary": {"river": phrase}}
+    response = server.post({"text": [SOURCE], **field})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].startswith(f"{kind}") and says in response.json()["error"]
+    if kind == "glossary":  # LibreTranslate's route takes a glossary as nmt's extension
+        libre = server.post({"q": SOURCE, "source": "auto", "target": "tgt", **field})
+        assert libre.status_code == 400, libre.text
+        assert libre.json()["error"].startswith("Invalid request: glossary") and says in libre.text

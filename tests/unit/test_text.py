@@ -31,9 +31,41 @@ def test_only_newline_ends_a_line(tmp_path: Path) -> None:
     assert text.count_lines(path) == 2
 
 
-def test_bom_only_stripped_on_the_first_line(tmp_path: Path) -> None:
-    path = write(tmp_path / "a.txt", b"a\n\xef\xbb\xbfb\n")
-    assert list(text.iter_lines(path, "a")) == ["a", "\ufeffb"]
+def test_a_bom_is_stripped_at_the_start_of_any_line(tmp_path: Path) -> None:
+    # Files joined by `cat` carry their BOMs into the middle; inside a line one is kept (translation
+    # drops it there: `visible`).
+    path = write(tmp_path / "a.txt", b"a\n\xef\xbb\xbfb\nc\xef\xbb\xbf\n")
+    assert list(text.iter_lines(path, "a")) == ["a", "b", "c\ufeff"]
+
+
+@pytest.mark.parametrize(
+    ("line", "seen"),
+    [
+        ("A\u00addog\u200b runs.\ufeff", "Adog runs."),  # soft hyphen, zero-width space, BOM
+        ("\u200e\u202bA dog\u202c\u2066.\u2069", "A dog."),  # direction marks and controls
+        ("\u200d\u200cA dog\u200d", "A dog"),  # joiners at a word's edge join nothing
+        (
+            "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+            "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+        ),  # Persian's ZWNJ
+        (
+            "\U0001f469\u200d\U0001f4bb \u2764\ufe0f",
+            "\U0001f469\u200d\U0001f4bb \u2764\ufe0f",
+        ),  # emoji sequences
+        ("\u3164 \u00a0", " \u00a0"),  # a Hangul filler goes; spaces stay
+    ],
+)
+def test_visible_drops_what_shows_nothing_and_keeps_what_spells_a_word(line: str, seen: str) -> None:
+    assert text.visible(line) == seen
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [("A dog.", True), ("2", True), ("\u6f22", True), ("...", False), ("\U0001f600 !", False)]
+    + [("\u200b\u00ad\ufeff", False), ("\u3164", False), ("\u3000\u00a0", False), ("", False)],
+)
+def test_has_letters_or_digits(line: str, words: bool) -> None:
+    assert text.has_letters_or_digits(line) is words
 
 
 @pytest.mark.parametrize(
