@@ -21,7 +21,7 @@ from typing import BinaryIO, TextIO
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.arriving import arriving_lines, stdin_bytes
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.data.text import check_readable
+from nmt_cli.data.text import check_readable, has_letters_or_digits
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve, with_terms
 from nmt_cli.decoding.terms import ConstraintError
@@ -313,7 +313,7 @@ def _translate_stream(
             # A sentence's translation is one line already; the whitespace that joins a line's
             # sentences is the input's, and a tab or a line separator there would break the line.
             hyps = [(text.translate(ONE_LINE), score) for text, score in result.hyps]
-            if emptied is not None and line.strip() and not hyps[0][0]:
+            if emptied is not None and has_letters_or_digits(line) and not hyps[0][0]:
                 emptied["lines"] += 1
             if result.alignment is not None:
                 chunk.append(f"{hyps[0][0]}\t{pharaoh(result.alignment)}\n")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nmt_cli.data.sentences import Split, split_sentences
+from nmt_cli.data.text import one_line, visible
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.settings import DecodeSettings
 
@@ -118,6 +119,30 @@ def _renumbered(split: Split, parts: list[str]) -> list[list[int]]:
         numbers.append([owner[at + i] for i in starts])
         at += len(part) + len(gap)
     return numbers
+
+
+def kept_as_is(text: str, settings: DecodeSettings) -> Result:
+    """The result of a line left untranslated, having no letter or digit: its visible characters
+    ("" for a blank line, as for one of invisible characters only), each word aligned to itself. A
+    model given "..." or a zero-width space would invent a sentence."""
+    hyps = padded([(one_line(visible(text)).strip(), 0.0)], settings.nbest)
+    return Result(
+        hyps, tuple((i, k) for k, i in enumerate(_visible_words(text))) if settings.alignments else None
+    )
+
+
+def in_words_of(text: str, alignment: Alignment) -> Alignment:
+    """`alignment`, whose source words are those of `visible(text)`, with its source words numbered
+    over `text` itself, where a word of invisible characters only is a word too."""
+    kept = _visible_words(text)
+    if len(kept) == len(text.split()):
+        return alignment
+    return tuple((kept[i], j) for i, j in alignment if i < len(kept))
+
+
+def _visible_words(text: str) -> list[int]:
+    """The numbers of the words of `text` that `visible` leaves something of."""
+    return [i for i, word in enumerate(text.split()) if visible(word)]
 
 
 def padded(hyps: Hypotheses, nbest: int) -> Hypotheses:

@@ -37,9 +37,9 @@ from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
-from nmt_cli.data.text import one_line, without_nul
+from nmt_cli.data.text import has_letters_or_digits, one_line, visible, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding import arguments
+from nmt_cli.decoding import arguments, texts
 from nmt_cli.decoding.alignment import Alignment, aligned_words
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
@@ -157,12 +157,13 @@ class Translator:
         constraints: Iterable[Sequence[str]] | None = None,
         **options: Unpack[DecodeOptions],
     ) -> list[str] | list[tuple[str, Alignment]]:
-        """The best translation of each line (or a sampled one), in input order; "" for an empty
-        line. `alignments`: each with its word alignment, (source word, target word) pairs with
-        words counted over the whole line. `constraints`: a list of target phrases for each line,
-        which its translation must contain (such lines are translated whole); `glossary=`: terms
-        enforced where a sentence holds their source side; `ordered_constraints=True`: the phrases
-        in the order given. A phrase that cannot be met raises `ConstraintError` (an InputError)."""
+        """The best translation of each line (or a sampled one), in input order; a line without
+        letters or digits as it is ("" for an empty one). `alignments`: each with its word
+        alignment, (source word, target word) pairs with words counted over the whole line.
+        `constraints`: a list of target phrases for each line, which its translation must contain
+        (such lines are translated whole); `glossary=`: terms enforced where a sentence holds their
+        source side; `ordered_constraints=True`: the phrases in the order given. A phrase that
+        cannot be met raises `ConstraintError` (an InputError)."""
         lines = text_lines(lines, "translate")
         arguments.check_flags(split_sentences=split_sentences, alignments=alignments)
         settings = arguments.call_settings(self.settings, options, 1, "translate")
@@ -349,9 +350,9 @@ class Translator:
 
     def source_ids(self, line: str, count: bool = True) -> np.ndarray:
         """The source pieces of `line` as decoding takes them: cut to the model's positions
-        (counted in `truncated` where `count`); none for a blank line."""
+        (counted in `truncated` where `count`), invisible characters left out; none for a blank line."""
         # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
-        line = line.encode("utf-8", "replace").decode("utf-8")
+        line = visible(line.encode("utf-8", "replace").decode("utf-8"))
         pieces = self.src_spm.encode(line.strip()) if line.strip() else []
         if len(pieces) > self.max_source:
             pieces = pieces[: self.max_source]
@@ -379,10 +380,9 @@ class Translator:
 
     def _translate(self, lines: Sequence[str | Constrained], settings: DecodeSettings) -> list[Result]:
         ids = [self.source_ids(text_of(line)) for line in lines]
-        todo = [i for i, x in enumerate(ids) if len(x)]
+        todo = [i for i, x in enumerate(ids) if len(x) and has_letters_or_digits(text_of(lines[i]))]
         phrases = [phrases_of(lines[i]) for i in todo]
-        blank = Result(padded([("", 0.0)], settings.nbest), () if settings.alignments else None)
-        results = [blank] * len(lines)
+        results = [texts.kept_as_is(text_of(line), settings) for line in lines]
         hyps = translate_sentences(
             self.ensemble,
             [ids[i] for i in todo],
@@ -401,5 +401,6 @@ class Translator:
             spm = cast(SentencePieceProcessor, self.src_spm), cast(SentencePieceProcessor, self.tgt_spm)
             for i, sentence in zip(todo, hyps, strict=True):
                 best = sentence[0] if sentence else Hypothesis([], 0.0, [])
-                results[i] = Result(results[i].hyps, aligned_words(best.links, ids[i], best.tokens, *spm))
+                links = aligned_words(best.links, ids[i], best.tokens, *spm)
+                results[i] = Result(results[i].hyps, texts.in_words_of(text_of(lines[i]), links))
         return results
