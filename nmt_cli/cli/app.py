@@ -61,13 +61,17 @@ def _main(
 def prepare(
     train: Annotated[
         list[str],
-        typer.Option(help="Prefix of training files PREFIX.SRC and PREFIX.TGT; repeat for several."),
+        typer.Option(
+            help="Prefix of training files PREFIX.SRC and PREFIX.TGT; repeat for several.", **opt.AS_PREFIX
+        ),
     ],
-    valid: Annotated[str, typer.Option(help="Prefix of the validation files.")],
+    valid: Annotated[str, typer.Option(help="Prefix of the validation files.", **opt.AS_PREFIX)],
     src: Annotated[str, typer.Option(help="Source language suffix, e.g. en.")],
     tgt: Annotated[str, typer.Option(help="Target language suffix, e.g. de.")],
-    out: Annotated[Path, typer.Option(help="Output directory for the binarized corpus.")],
-    test: Annotated[str | None, typer.Option(help="Prefix of the test files (optional).")] = None,
+    out: Annotated[Path, typer.Option(help="Output directory for the binarized corpus.", **opt.AS_PATH)],
+    test: Annotated[
+        str | None, typer.Option(help="Prefix of the test files (optional).", **opt.AS_PREFIX)
+    ] = None,
     train_tags: Annotated[
         list[str] | None,
         typer.Option(
@@ -80,7 +84,10 @@ def prepare(
     ] = None,
     spm_from: Annotated[
         Path | None,
-        typer.Option(help="Encode with the vocabulary of this checkpoint or prepared corpus; learn none."),
+        typer.Option(
+            help="Encode with the vocabulary of this checkpoint or prepared corpus; learn none.",
+            **opt.AS_PATH,
+        ),
     ] = None,
     vocab_size: Annotated[int, typer.Option(help="Sentencepiece BPE vocabulary size.")] = 32000,
     joint: Annotated[bool, typer.Option("--joint/--no-joint", help="One vocabulary for both sides.")] = True,
@@ -132,9 +139,9 @@ def prepare(
     "--set train.max_updates=2000"
 )
 def train(
-    data: Annotated[Path, typer.Option(help="Directory written by `nmt prepare`.")],
-    out: Annotated[Path, typer.Option(help="Run directory; an existing one is resumed.")],
-    recipe: Annotated[Path | None, typer.Option(help="TOML recipe (see recipes/).")] = None,
+    data: Annotated[Path, typer.Option(help="Directory written by `nmt prepare`.", **opt.AS_PATH)],
+    out: Annotated[Path, typer.Option(help="Run directory; an existing one is resumed.", **opt.AS_PATH)],
+    recipe: Annotated[Path | None, typer.Option(help="TOML recipe (see recipes/).", **opt.AS_PATH)] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a recipe value: section.key=value.")
     ] = None,
@@ -145,7 +152,8 @@ def train(
         bool, typer.Option("--compile", help="Compile the model with torch.compile.")
     ] = False,
     init_from: Annotated[
-        Path | None, typer.Option(help="Start from this checkpoint's weights and model (fine-tuning).")
+        Path | None,
+        typer.Option(help="Start from this checkpoint's weights and model (fine-tuning).", **opt.AS_PATH),
     ] = None,
     keep_optimizer: Annotated[
         bool, typer.Option("--keep-optimizer/--reset-optimizer", help="With --init-from: Adam's moments too.")
@@ -184,9 +192,16 @@ def train(
     "nmt average runs/m30k/checkpoints/checkpoint_[0-9]*.pt -o avg.pt   (the numbered ones)"
 )
 def average(
-    checkpoints: Annotated[list[Path] | None, typer.Argument(help="Checkpoints to average.")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Result.")] = Path("average.pt"),
-    run: Annotated[Path | None, typer.Option(help="Run directory: average its latest checkpoints.")] = None,
+    checkpoints: Annotated[
+        list[Path] | None, typer.Argument(help="Checkpoints to average.", parser=opt.path_of)
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Result.", **opt.AS_PATH),
+    ] = Path("average.pt"),
+    run: Annotated[
+        Path | None, typer.Option(help="Run directory: average its latest checkpoints.", **opt.AS_PATH)
+    ] = None,
     last: Annotated[int | None, typer.Option(help="How many (default: the recipe's average.last).")] = None,
     quiet: opt.Quiet = False,
 ) -> None:
@@ -209,16 +224,25 @@ def average(
     "nmt translate -m avg+sl.pt --shortlist -i test.en"
 )
 def shortlist(
-    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint (trained, averaged or imported).")],
-    train: Annotated[Path, typer.Option(help="Parallel corpus prefix: PREFIX.SRC and PREFIX.TGT, raw text.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The checkpoint with its shortlist.")],
+    model: Annotated[
+        Path, typer.Option("--model", "-m", help="Checkpoint (trained, averaged or imported).", **opt.AS_PATH)
+    ],
+    train: Annotated[
+        Path, typer.Option(help="Parallel corpus prefix: PREFIX.SRC and PREFIX.TGT, raw text.", **opt.AS_PATH)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The checkpoint with its shortlist.", **opt.AS_PATH)
+    ],
     src: opt.Src = None,
     tgt: opt.Tgt = None,
     candidates: Annotated[int, typer.Option(help="Target pieces kept per source piece.")] = 20,
     frequent: Annotated[int, typer.Option(help="Most frequent target pieces, in every shortlist.")] = 100,
     max_pairs: Annotated[int, typer.Option(help="Learn from the first N sentence pairs.")] = 1_000_000,
     valid: Annotated[
-        Path | None, typer.Option(help="Held-out prefix: report the share of its reference pieces covered.")
+        Path | None,
+        typer.Option(
+            help="Held-out prefix: report the share of its reference pieces covered.", **opt.AS_PATH
+        ),
     ] = None,
     quiet: opt.Quiet = False,
 ) -> None:
@@ -250,8 +274,11 @@ def shortlist(
     epilog="Examples: nmt import opus-mt-en-de -o en-de.pt\n\nnmt import wmt-fairseq/model.pt -o en-de.pt",
 )
 def import_(
-    source: Annotated[str, typer.Argument(help="Marian (Hugging Face) directory or fairseq checkpoint.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.")],
+    source: Annotated[
+        str,
+        typer.Argument(help="Marian (Hugging Face) directory or fairseq checkpoint.", parser=opt.nonempty),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="nmt checkpoint to write.", **opt.AS_PATH)],
     src: opt.Src = None,
     tgt: opt.Tgt = None,
     quiet: opt.Quiet = False,
@@ -269,8 +296,8 @@ def import_(
 
 @app.command(epilog="Example: nmt export -m avg.pt -o avg-ct2 --quantization int8")
 def export(
-    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.", **opt.AS_PATH)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.", **opt.AS_PATH)],
     format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
     quantization: Annotated[
         str,

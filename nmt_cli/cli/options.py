@@ -5,9 +5,9 @@ builds a settings object from the options named as its fields."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar
 
 import typer
 
@@ -15,6 +15,40 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 Settings = TypeVar("Settings", bound="DataclassInstance")
+
+
+def path_of(value: str) -> Path:
+    """A path option's value. An empty one is refused naming the option: pathlib reads "" as ".",
+    and `-o ""` was then answered about the current directory, which nobody named."""
+    if not value:
+        raise typer.BadParameter("the path is empty; give a file or directory name")
+    return Path(value)
+
+
+def prefix_of(value: str) -> str:
+    """A corpus prefix's value (PREFIX.SRC and PREFIX.TGT): refused when empty, as `path_of`."""
+    if not value:
+        raise typer.BadParameter("the prefix is empty; give the files' path without the language suffix")
+    return value
+
+
+def nonempty(value: str) -> str:
+    """A path that stays a string (`nmt import`'s source, which may also be hf:NAME): refused when
+    empty, as `path_of`."""
+    if not value:
+        raise typer.BadParameter("the path is empty; give a directory, a checkpoint or hf:NAME")
+    return value
+
+
+class _Parsing(TypedDict):
+    parser: Callable[[str], Any]
+    metavar: str
+
+
+AS_PATH: _Parsing = {"parser": path_of, "metavar": "<path>"}
+"""The keyword arguments of a path option's typer.Option or typer.Argument."""
+AS_PREFIX: _Parsing = {"parser": prefix_of, "metavar": "<prefix>"}
+"""The same for a corpus prefix."""
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or messages (as nmt --quiet).")]
 Beam = Annotated[int | None, typer.Option(help="Beam size (1: greedy). Default: the checkpoint's recipe.")]
@@ -47,7 +81,10 @@ OrderedConstraints = Annotated[
 ]
 Glossary = Annotated[
     Path | None,
-    typer.Option(help="TSV of 'source term<TAB>target term': enforced where a line holds the source term."),
+    typer.Option(
+        help="TSV of 'source term<TAB>target term': enforced where a line holds the source term.",
+        **AS_PATH,
+    ),
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 Threads = Annotated[int, typer.Option(help="CPU threads (0: torch's default).")]
@@ -59,7 +96,7 @@ Tgt = Annotated[str | None, typer.Option(help="Target language (default: the mod
 def standard_stream(path: str) -> Path | None:
     """`-` names stdin or stdout, as for fairseq-interactive, sacreBLEU and most Unix tools
     (a file named - is ./-)."""
-    return None if path == "-" else Path(path)
+    return None if path == "-" else path_of(path)
 
 
 Input = Annotated[
@@ -68,7 +105,10 @@ Input = Annotated[
         "--input", "-i", help="Input text (default: stdin, as -).", parser=standard_stream, metavar="<path>"
     ),
 ]
-Models = Annotated[list[Path], typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.")]
+Models = Annotated[
+    list[Path],
+    typer.Option("--model", "-m", help="Checkpoint; repeat for an ensemble.", **AS_PATH),
+]
 DecodePrecision = Annotated[
     str | None, typer.Option(help="fp32, bf16, int8 (CPU) or fp16 (GPU). Default: the device's fastest.")
 ]

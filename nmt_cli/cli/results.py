@@ -26,7 +26,9 @@ PLOT_EPILOG = (
 
 
 def score(
-    ref: Annotated[list[Path], typer.Option(help="Reference file; repeat for several references.")],
+    ref: Annotated[
+        list[Path], typer.Option(help="Reference file; repeat for several references.", **opt.AS_PATH)
+    ],
     hyp: Annotated[
         Path | None,
         typer.Option(help="Hypotheses (default: stdin, as -).", parser=opt.standard_stream, metavar="<path>"),
@@ -72,10 +74,17 @@ def score(
 
 
 def plot(
-    runs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl files).")],
+    runs: Annotated[
+        list[Path], typer.Argument(help="Run directories (or their metrics.jsonl files).", parser=opt.path_of)
+    ],
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Picture, .png or .svg (default: curves.png unless --terminal)."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Picture, .png or .svg (default: curves.png unless --terminal).",
+            **opt.AS_PATH,
+        ),
     ] = None,
     terminal: Annotated[
         bool, typer.Option("--terminal", help="Draw the loss curve and a summary in the terminal.")

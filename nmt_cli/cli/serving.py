@@ -43,7 +43,9 @@ def serve(
     shortlist: opt.Shortlist = None,
     api_keys: Annotated[
         Path | None,
-        typer.Option(help="File of API keys, one a line, that requests must carry (SIGHUP rereads)."),
+        typer.Option(
+            help="File of API keys, one a line, that requests must carry (SIGHUP rereads).", **opt.AS_PATH
+        ),
     ] = None,
     allow_anonymous: Annotated[
         bool, typer.Option("--allow-anonymous", help="Serve a non-loopback --host without --api-keys.")

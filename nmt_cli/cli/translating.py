@@ -93,8 +93,10 @@ def translate(
 
 
 def attend(
-    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.")],
-    out_dir: Annotated[Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.", **opt.AS_PATH)],
+    out_dir: Annotated[
+        Path, typer.Option(help="Directory for the pictures (attention_0001.png, ...).", **opt.AS_PATH)
+    ],
     input_path: opt.Input = None,
     layer: Annotated[int | None, typer.Option(help="Decoder layer, 1..N (default: the last).")] = None,
     head: Annotated[int | None, typer.Option(help="Head, 1..h (default: the mean over heads).")] = None,

@@ -109,7 +109,8 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
     finally:
         _put_back(holder / "replaced", target)
         shutil.rmtree(holder, ignore_errors=True)
-    reporter.info(f"exported {model} to {out} (CTranslate2, weights {quantization})")
+    weights = "float32" if quantization == "none" else quantization  # the spec holds float32 arrays
+    reporter.info(f"exported {model} to {out} (CTranslate2, weights {weights})")
     if shortlist is not None:
         reporter.info(
             f"its shortlist is {out / VMAP_FILE}: CTranslate2 decodes over it with "

@@ -307,3 +307,13 @@ def test_every_quantization_offered_is_listed_and_loads_in_ctranslate2(
         # Whatever the weights, CTranslate2 on a CPU loads them (converted to a type it computes in).
         translation = ct2_translate(out, ["apple river"], compute_type="auto")
         assert translation == ["apple river"], (quantization, translation)
+
+
+@pytest.mark.parametrize(("quantization", "said"), [("none", "float32"), ("int8", "int8")])
+def test_the_closing_line_names_the_weights_written(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str], quantization: str, said: str
+) -> None:
+    capsys.readouterr()
+    out = tmp_path / "ct2"
+    assert nmt("export", "-m", trained.checkpoint, "-o", out, "--quantization", quantization) == 0
+    assert f"(CTranslate2, weights {said})" in capsys.readouterr().err

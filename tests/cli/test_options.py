@@ -9,8 +9,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import nmt
+import typer.main
+from conftest import nmt, refused
 
+from nmt_cli.cli.app import app
 from nmt_cli.commands import attend, serve, translate
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig, TranslateJob
@@ -69,3 +71,55 @@ def test_serve_hands_on_every_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     options += ["--max-lines", 7, "--request-timeout", 3, "--max-client-connections", 2]
     seen = handed_on(monkeypatch, serve, "serve", "-m", "m.pt", *options)
     assert seen["limits"] == ServeLimits(100, 1.0, 9, 8, 7, 3.0, 2)
+
+
+# An empty path: pathlib reads "" as ".", so `-o ""` was answered "--output .: is a directory".
+EMPTY_PATHS = [
+    ("translate", "-m", "x.pt", "-o", ""),
+    ("translate", "-m", "", "-i", "/dev/null"),
+    ("translate", "-m", "x.pt", "-i", ""),
+    ("translate", "-m", "x.pt", "--glossary", ""),
+    ("average", ""),
+    ("average", "-o", "", "x.pt"),
+    ("average", "--run", ""),
+    ("score", "--ref", ""),
+    ("score", "--ref", "x", "--hyp", ""),
+    ("plot", ""),
+    ("plot", "x", "-o", ""),
+    ("train", "--data", "", "--out", "x"),
+    ("train", "--data", "x", "--out", "x", "--init-from", ""),
+    ("prepare", "--train", "", "--valid", "x", "--src", "en", "--tgt", "de", "--out", "p"),
+    ("prepare", "--train", "x", "--valid", "x", "--src", "en", "--tgt", "de", "--out", ""),
+    ("import", "", "-o", "x.pt"),
+    ("import", "x", "-o", ""),
+    ("export", "-m", "", "-o", "x"),
+    ("shortlist", "-m", "x", "--train", "", "-o", "y"),
+    ("attend", "-m", "x", "--out-dir", ""),
+    ("serve", "-m", "x", "--api-keys", ""),
+]
+
+
+@pytest.mark.parametrize("args", EMPTY_PATHS, ids=[" ".join(map(repr, a)) for a in EMPTY_PATHS])
+def test_an_empty_path_is_refused_naming_its_option(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    before = args[args.index("") - 1]
+    named = (
+        before
+        if before.startswith("-")
+        else {"average": "checkpoints", "plot": "runs", "import": "source"}[args[0]]
+    )
+    message = refused(capsys, *args)
+    assert f"'{named}'" in message and " is empty; " in message, message
+
+
+def test_every_path_a_command_takes_is_checked_for_emptiness() -> None:
+    # A path option declared without `options.AS_PATH` (or a parser of its own) reads "" as ".".
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    unchecked = [
+        f"nmt {name} {param.name}"
+        for name, sub in commands.items()
+        for param in sub.params
+        if getattr(param.type, "name", None) == "path"
+    ]
+    assert not unchecked, unchecked
