@@ -61,7 +61,7 @@ def run(
         service = app.create_app(loaded, limits, keys)
         if keys is not None:
             signal.signal(signal.SIGHUP, lambda *_: keys.reload())
-        server.run_server(service, sock, limits, quiet)
+        server.run_server(service, sock, limits, quiet, keys)
     finally:
         signal.signal(signal.SIGHUP, previous)
         for translator, _ in loaded:

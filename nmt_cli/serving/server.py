@@ -5,13 +5,15 @@ import asyncio
 import contextlib
 import copy
 import logging
+import re
 import signal
 import socket
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
+from urllib.parse import unquote, unquote_plus
 
 from nmt_cli.errors import InputError, NmtError
+from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
 
 if TYPE_CHECKING:
@@ -30,27 +32,58 @@ class StoppedAtOnce(NmtError):
 
 
 BACKLOG = 2048  # uvicorn's own default
-HIDDEN_QUERY = "?(query hidden: it carries api_key)"
+KEY_WORDS = ("key", "token", "secret", "password", "auth")
+"""What a query parameter's name holds, case-folded and without its other characters, when it
+looks like it carries a secret."""
+QUERY_OF_KEYS = "?(query not logged: a name in it looks like a key)"
+QUERY_NOT_LOGGED = "?(query not logged)"
+PATH_OF_A_KEY = "/(path not logged: it holds an API key)"
 
 
 class HideKeys(logging.Filter):
-    """Keeps API keys out of uvicorn's access log: LibreTranslate clients such as deep-translator
-    send `api_key` in the query string, and a query that carries one, under any spelling the
-    server decodes to that name (`api%5Fkey`), is not logged at all."""
+    """Keeps API keys out of uvicorn's access log. LibreTranslate clients such as deep-translator
+    send `api_key` in the query string, and clients spell it many ways (`API_KEY`, `api-key`,
+    `api%5Fkey`...). On a server with keys no query string is logged at all, nor a path with a
+    loaded key in it; on any server, no query string that names something like a key."""
+
+    def __init__(self, keys: ApiKeys | None = None) -> None:
+        super().__init__()
+        self.keys = keys
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(hide_key(arg) if isinstance(arg, str) else arg for arg in record.args)
+            record.args = tuple(
+                hide_key(arg, self.keys) if isinstance(arg, str) else arg for arg in record.args
+            )
         return True
 
 
-def hide_key(path: str) -> str:
-    """`path` without its query string when the query names api_key once decoded (as Starlette
-    decodes it for the app)."""
+def hide_key(path: str, keys: ApiKeys | None = None) -> str:
+    """`path` (with its query string) as the access log may show it."""
     base, mark, query = path.partition("?")
-    if mark and any(name == "api_key" for name, _ in parse_qsl(query, keep_blank_values=True)):
-        return base + HIDDEN_QUERY
+    if keys is not None:
+        if any(keys.allows(unquote(part)) for part in base.split("/") if part):
+            base = PATH_OF_A_KEY
+        return base + (QUERY_NOT_LOGGED if mark else "")
+    if mark and any(_looks_like_key(name) for name in _names(query)):
+        return base + QUERY_OF_KEYS
     return path
+
+
+def _names(query: str) -> list[str]:
+    """The names of a query string's parameters, read more widely than any server reads them:
+    escapes undone until none is left (`api%255Fkey`), `&` and `;` both separating."""
+    for _ in range(4):
+        decoded = unquote_plus(query)
+        if decoded == query:
+            break
+        query = decoded
+    return [part.partition("=")[0] for part in re.split("[&;]", query)]
+
+
+def _looks_like_key(name: str) -> bool:
+    letters = "".join(c for c in name.casefold() if c.isalpha())
+    return any(word in letters for word in KEY_WORDS)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -77,14 +110,17 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_server(app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: bool) -> None:
-    """Serve until SIGINT or SIGTERM, then stop accepting, finish every request, and return."""
+def run_server(
+    app: "FastAPI", sock: socket.socket, limits: ServeLimits, quiet: bool, keys: ApiKeys | None = None
+) -> None:
+    """Serve until SIGINT or SIGTERM, then stop accepting, finish every request, and return.
+    `keys`: the server's API keys, which the access log must never show."""
     import uvicorn
 
     log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     level = "warning" if quiet else "info"
     log_config["loggers"]["nmt_cli"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
-    log_config["filters"] = {"hide_keys": {"()": HideKeys}}
+    log_config["filters"] = {"hide_keys": {"()": HideKeys, "keys": keys}}
     log_config["handlers"]["access"]["filters"] = ["hide_keys"]
     # The protocol bounds connections (limits.max_connections) itself: uvicorn's limit_concurrency
     # would refuse a newcomer in plain text while idle connections hold every place.
