@@ -27,7 +27,7 @@ only inside `create_app`, so that the rest of the toolkit runs without it.
 
 import asyncio
 import contextlib
-import importlib
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
@@ -65,12 +65,18 @@ SERVE_MODULES = ("fastapi", "lxml", "prometheus_client", "py3langid", "python_mu
 def require_extra() -> None:
     """Fail with one line naming the extra when a package of it (fastapi, uvicorn...) is missing,
     or the package and its ImportError when one is installed but does not import."""
-    for module in SERVE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            missing = f"nmt serve needs {module}, part of an optional extra: {EXTRA}"
-            raise optional_import_failure(err, missing, module) from None
+    try:
+        import fastapi  # noqa: F401
+        import lxml  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import py3langid  # noqa: F401
+        import python_multipart  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        # The one that failed: the first not imported (a failed import leaves no module behind).
+        module = next((name for name in SERVE_MODULES if name not in sys.modules), str(err.name))
+        missing = f"nmt serve needs {module}, part of an optional extra: {EXTRA}"
+        raise optional_import_failure(err, missing, module) from None
 
 
 def create_app(

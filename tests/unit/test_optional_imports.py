@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import sentencepiece
 
 import nmt_cli.decoding
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.report import Reporter
 from tests.conftest import nmt
 
+PROTOBUF_MODEL = "sentencepiece.sentencepiece_model_pb2"  # sentencepiece's protobuf code
 BROKEN = "cannot import name '_read_lock_file' from 'filelock._soft'"
 
 
@@ -46,10 +48,11 @@ def fail_import(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, bool
             error.name = module
         for name in [n for n in sys.modules if n == module or n.startswith(module + ".")]:
             monkeypatch.delitem(sys.modules, name)
-        # The modules of ours that import it at their top, so that they import it again.
-        for name in ("nmt_cli.decoding.markup", "nmt_cli.decoding.html_parsing"):
+        # The modules that import it at their top, so that they import it again.
+        for name in ("nmt_cli.decoding.markup", "nmt_cli.decoding.html_parsing", PROTOBUF_MODEL):
             monkeypatch.delitem(sys.modules, name, raising=False)
         monkeypatch.delattr(nmt_cli.decoding, "markup", raising=False)
+        monkeypatch.delattr(sentencepiece, PROTOBUF_MODEL.split(".")[1], raising=False)
         monkeypatch.setattr(sys, "meta_path", [_Failing(module, error), *sys.meta_path])
 
     yield install
