@@ -44,7 +44,13 @@ def translate(
     max_len_b: opt.MaxLenB = None,
     min_len: opt.MinLen = None,
     shortlist: opt.Shortlist = None,
-    nbest: Annotated[int, typer.Option(help="Print the K best hypotheses with scores (tab-separated).")] = 1,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            help="Print the K best hypotheses of each line as LINE<TAB>SCORE<TAB>TEXT, LINE the input "
+            "line's number counted from 0."
+        ),
+    ] = 1,
     batch_tokens: opt.BatchTokens = None,
     buffer_size: Annotated[int, typer.Option(help="Lines read and sorted by length before batching.")] = 5000,
     device: opt.Device = "auto",

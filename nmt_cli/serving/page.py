@@ -2,6 +2,10 @@
 the translation from POST /translate (LibreTranslate's shape). One self-contained document: no
 build step, no assets from elsewhere, so it works on a machine without internet."""
 
+import json
+
+from nmt_cli.serving.libretranslate import NAMES
+
 PAGE = """<!doctype html>
 <html lang="en">
 <head>
@@ -36,6 +40,8 @@ PAGE = """<!doctype html>
 "use strict";
 const pair = document.getElementById("pair");
 const status = document.getElementById("status");
+// Both sides of a pair by name: a target that is no served source is not named by /languages.
+const NAMES = LANGUAGE_NAMES;
 
 async function loadPairs() {
   const response = await fetch("/languages");
@@ -44,7 +50,7 @@ async function loadPairs() {
     for (const target of language.targets) {
       const option = document.createElement("option");
       option.value = language.code + ":" + target;
-      option.textContent = language.name + " \\u2192 " + target;
+      option.textContent = language.name + " \\u2192 " + (NAMES[target] || target);
       pair.appendChild(option);
     }
   }
@@ -92,4 +98,4 @@ loadPairs().catch((err) => { status.textContent = "Could not list the languages:
 
 
 def html() -> str:
-    return PAGE
+    return PAGE.replace("LANGUAGE_NAMES", json.dumps(NAMES, sort_keys=True))

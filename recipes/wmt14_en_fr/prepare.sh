@@ -10,6 +10,14 @@
 # Writes WORK_DIR/orig (archives), WORK_DIR/raw (plain text), WORK_DIR/data (for --data).
 set -euo pipefail
 
+# The tools first: one found missing after the downloads would cost hours.
+for tool in wget tar gunzip nmt sacrebleu; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "$0: $tool is not on PATH; install it (nmt and sacrebleu: make setup, then put .venv/bin on PATH)" >&2
+        exit 2
+    fi
+done
+
 work=${1:-wmt14_en_fr}
 mkdir -p "$work/orig" "$work/raw"
 

@@ -88,7 +88,7 @@ NOT_RUN = {
     "make test": "the whole test suite, this test included",
     'pip install "nmt-cli[serve]"': "installs from PyPI",
     'pip install "nmt-cli[import]"': "installs from PyPI",
-    "huggingface-cli download Helsinki-NLP/opus-mt-en-de --local-dir opus-mt-en-de": (
+    "hf download Helsinki-NLP/opus-mt-en-de --local-dir opus-mt-en-de": (
         "downloads a model from the Hugging Face hub"
     ),
     "nmt import opus-mt-en-de -o en-de.pt": (

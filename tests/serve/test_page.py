@@ -69,6 +69,7 @@ def test_the_page_translates_what_is_typed(server: Server, browser: Any, pairs: 
     wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 2)
     pair = Select(driver.find_element(By.ID, "pair"))
     assert [o.get_attribute("value") for o in pair.options] == ["en:de", "de:en"]
+    assert [o.text for o in pair.options] == ["English \u2192 German", "German \u2192 English"]
     pair.select_by_value("de:en")
     driver.find_element(By.ID, "source").send_keys(SENTENCE)
     driver.find_element(By.ID, "go").click()
