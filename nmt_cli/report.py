@@ -1,8 +1,10 @@
 """What long-running commands tell the user: progress bars, messages and tables on stderr,
 and the machine-readable metrics.jsonl of a training run.
 
-Progress bars are silent with --quiet and when stderr is not a terminal; messages
-and warnings are silent only with --quiet.
+Progress bars show on a terminal. Where stderr is not one (a log file, a pipe, CI, nohup), a bar
+becomes a plain line at most every PROGRESS_LINE_SECONDS, and training writes one line per log
+interval instead (`training.bookkeeping`), as fairseq and Marian do. --quiet silences both;
+messages and warnings are silent only with --quiet.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tqdm import tqdm
 
@@ -24,12 +27,28 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 T = TypeVar("T")
+PROGRESS_LINE_SECONDS = 30.0
+"""Where stderr is no terminal, a bar's line comes at most this often: work shorter than this
+says nothing more than its own messages."""
+
+
+class Bar(Protocol):
+    """What commands do with a progress bar: tqdm's, or its stand-in `ProgressLines`."""
+
+    def update(self, n: float = 1) -> Any: ...
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class Reporter:
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, line_seconds: float | None = None) -> None:
         self.quiet = quiet
         self.bars_enabled = not quiet and sys.stderr.isatty()
+        self.lines_enabled = not quiet and not self.bars_enabled
+        """Progress as plain lines: stderr is not a terminal (a log, a pipe), and not --quiet."""
+        self.line_seconds = PROGRESS_LINE_SECONDS if line_seconds is None else line_seconds
 
     @cached_property
     def console(self) -> Console:
@@ -42,11 +61,22 @@ class Reporter:
     def progress(
         self, items: Iterable[T], desc: str, total: int | None = None, unit: str = "it"
     ) -> Iterator[T]:
-        """Iterate with a progress bar on stderr (when enabled)."""
-        yield from self._tqdm(iterable=items, desc=desc, total=total, unit=unit)
+        """Iterate with a progress bar on stderr (when enabled; lines where it is no terminal)."""
+        if not self.lines_enabled:
+            yield from self._tqdm(iterable=items, desc=desc, total=total, unit=unit)
+            return
+        lines = ProgressLines(self, desc, total, unit)
+        for item in items:
+            yield item
+            lines.update(1)
 
-    def bar(self, desc: str, total: int | None = None, unit: str = "it", initial: int = 0) -> tqdm:
-        """A manually advanced bar (`bar.update(n)`, `bar.set_postfix_str(...)`, `bar.close()`)."""
+    def bar(
+        self, desc: str, total: int | None = None, unit: str = "it", initial: int = 0, lines: bool = True
+    ) -> Bar:
+        """A manually advanced bar (`bar.update(n)`, `bar.set_postfix_str(...)`, `bar.close()`);
+        lines where stderr is no terminal, unless `lines` is False (the caller writes its own)."""
+        if self.lines_enabled and lines:
+            return ProgressLines(self, desc, total, unit, initial)
         return self._tqdm(desc=desc, total=total, unit=unit, initial=initial)
 
     def _tqdm(self, **settings: Any) -> tqdm:
@@ -74,6 +104,58 @@ class Reporter:
         for row in rows:
             table.add_row(*(_fmt(v) for v in row))
         self.console.print(table)
+
+
+class ProgressLines:
+    """A progress bar as plain lines, for a stderr that is no terminal: at most one every
+    `reporter.line_seconds` (done, of how many, the rate, the time left), so that a log shows long
+    work moving; none for shorter work."""
+
+    def __init__(self, reporter: Reporter, desc: str, total: int | None, unit: str, initial: int = 0) -> None:
+        self.reporter, self.desc, self.total, self.unit = reporter, desc, total, unit.strip()
+        self.n, self.postfix = initial, ""
+        self.start = self.last = time.monotonic()
+        self.initial = initial
+
+    def update(self, n: float = 1) -> None:
+        self.n += int(n)
+        now = time.monotonic()
+        if now - self.last >= self.reporter.line_seconds:
+            self.last = now
+            self.reporter.info(self.line(now - self.start))
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = s
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> ProgressLines:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def line(self, elapsed: float) -> str:
+        rate = (self.n - self.initial) / max(elapsed, 1e-9)
+        done = f"{self.n:,} {self.unit}"
+        left = ""
+        if self.total:
+            done = f"{self.n:,}/{self.total:,} {self.unit} ({100 * self.n / self.total:.0f}%)"
+            if rate > 0:
+                left = f", {duration((self.total - self.n) / rate)} left"
+        extra = f", {self.postfix}" if self.postfix else ""
+        return f"{self.desc}: {done}, {rate:,.1f} {self.unit}/s, {duration(elapsed)} so far{left}{extra}"
+
+
+def duration(seconds: float) -> str:
+    """A span as a log line writes it: 45s, 12m05s, 3h07m."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _fmt(value: object) -> str:

@@ -83,7 +83,8 @@ def run(
         not_an_input(output_path, inputs, "--output")
         if not destination[1]:
             _partial_not_in_the_way(output_path, destination[0])
-    shown = reporter.bars_enabled and not to_terminal(output_path)
+    # A bar on a terminal, lines in a log; none where the translations themselves are on screen.
+    shown = (reporter.bars_enabled or reporter.lines_enabled) and not to_terminal(output_path)
     total = line_count(input_path) if shown and input_path is not None else None
     translator = load_translator(models, dev, precision)
     settings = with_terms(

@@ -14,7 +14,7 @@ import torch
 
 from nmt_cli.config import TrainConfig
 from nmt_cli.errors import RunFailure
-from nmt_cli.report import MetricsLog, Reporter
+from nmt_cli.report import MetricsLog, Reporter, duration
 from nmt_cli.training.update import Pending, Settled, UpdateLoss
 
 MAX_BAD_UPDATES = 10  # non-finite updates in a row before the run is declared diverged
@@ -43,11 +43,12 @@ class Progress:
 class Window:
     """The settled updates since the last train record."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: Progress) -> None:
         self.loss = self.nll = 0.0
         self.tokens = self.updates = 0
         self.epoch = 0  # of the window's last update: a record written after its epoch ended is of it
         self.start = time.monotonic()
+        self.place = (progress.epoch, progress.batch)  # where the data stood: the pace in batches
 
 
 class Bookkeeping:
@@ -72,11 +73,14 @@ class Bookkeeping:
         self.tc, self.progress, self.scaler, self.metrics = tc, progress, scaler, metrics
         self.reporter, self.is_main, self.run_dir = reporter, is_main, run_dir
         self.pending = Pending()
-        self.window = Window()
+        self.window = Window(progress)
         self.bad_in_row = 0
         self.lr = 0.0
         self.last = {"valid": progress.update, "save": progress.update}
-        self.bar = reporter.bar("train", total=tc.max_updates or None, unit="upd", initial=progress.update)
+        self.epoch_size = 0  # batches in the current epoch, set by the loop: the time left to max_epochs
+        # A bar on a terminal; elsewhere `log` writes a line per record.
+        bar_total = tc.max_updates or None
+        self.bar = reporter.bar("train", total=bar_total, unit="upd", initial=progress.update, lines=False)
 
     def queue(self, loss: UpdateLoss, outcome: torch.Tensor, lr: float) -> None:
         self.pending.add(loss, outcome, (self.progress.epoch, self.progress.batch))
@@ -166,4 +170,34 @@ class Bookkeeping:
             f"loss {record['loss']:.3f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
             f"{record['updates_per_s']:.2f} upd/s"
         )
-        self.window = Window()
+        if self.reporter.lines_enabled:
+            self.reporter.info(self._line(record, elapsed))
+        self.window = Window(progress)
+
+    def _line(self, record: dict, elapsed: float) -> str:
+        """The record as a log line, with the time left to the stop condition met first."""
+        limit = f"/{self.tc.max_updates:,}" if self.tc.max_updates else ""
+        left = self.time_left(record["updates_per_s"], elapsed)
+        eta = f", {duration(left[0])} left to {left[1]}" if left is not None else ""
+        return (
+            f"update {record['update']:,}{limit}, epoch {record['epoch']}: loss {record['loss']:.3f}, "
+            f"lr {record['lr']:.2e}, {record['tokens_per_s']:,.0f} tok/s, {record['updates_per_s']:.2f} "
+            f"upd/s, {duration(self.progress.train_seconds)} trained{eta}"
+        )
+
+    def time_left(self, updates_per_s: float, elapsed: float) -> tuple[float, str] | None:
+        """Seconds to the first of train.max_updates, max_minutes and max_epochs to be met at the
+        current window's pace, and its name; None where none is set (or no pace is known)."""
+        tc, progress = self.tc, self.progress
+        left = []
+        if tc.max_updates and updates_per_s > 0:
+            left.append(((tc.max_updates - progress.update) / updates_per_s, "train.max_updates"))
+        if tc.max_minutes:
+            left.append((60 * tc.max_minutes - progress.train_seconds, "train.max_minutes"))
+        if tc.max_epochs and self.epoch_size:
+            epoch, batch = self.window.place
+            done = (progress.epoch - epoch) * self.epoch_size + progress.batch - batch
+            remaining = (tc.max_epochs - progress.epoch + 1) * self.epoch_size - progress.batch
+            if done > 0:
+                left.append((remaining * elapsed / done, "train.max_epochs"))
+        return min(left) if left else None

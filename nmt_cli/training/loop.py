@@ -97,6 +97,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         try:
             while not reason:
                 batches = _epoch_batches(s, src_len, tgt_len, progress.epoch, multiple)
+                book.epoch_size = len(batches)
                 with Ahead(_updates(s, batches, progress.batch, multiple)) as updates:
                     for group, tensors, idle in updates:
                         distributed.seed_update(tc.seed, progress.update, world)
