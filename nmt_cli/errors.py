@@ -93,6 +93,11 @@ class Terminated(BaseException):
     it kept (exit 143, as a process ended by SIGTERM reports)."""
 
 
+STOPS_TAKEN: list[int] = []
+"""The stop signals (SIGINT, SIGTERM) that nmt's own handlers took, in order: `cli.main` passes
+those of a command on to the handlers of the program that runs it (a test runner, a service)."""
+
+
 def describe(exc: BaseException) -> tuple[str, int] | None:
     """The one line and the exit code for an error that ends a command; None for what is not a
     failure (SystemExit and the like)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,59 @@ FAST_TRAIN = [
 
 TRAINED_UPDATES = 1200
 TRAINED_SAVE_EVERY = 300
+
+
+STOPPED_BY: list[int] = []
+"""The SIGINT or SIGTERM sent to this test run (Ctrl-C, `kill -TERM`)."""
+
+
+def _stop_the_run(signum: int, _frame: object) -> None:
+    """Ctrl-C or `kill -TERM` stops the test run as pytest stops on Ctrl-C. An nmt command running
+    in this process passes such a signal on here when its own handler took it; where the command
+    took the KeyboardInterrupt as its own stop (exit 130), `signal_handlers_kept` ends the run."""
+    STOPPED_BY.append(signum)
+    raise KeyboardInterrupt
+
+
+for _sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_sig, _stop_the_run)
+
+# The handlers the tests start with. nmt installs its own for the signals that stop a command
+# (and SIGHUP in `nmt serve`) and must put them back: a test process left with nmt's SIGTERM
+# handler would take `kill -TERM` for a command's stop and go on.
+WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STARTING_HANDLERS = {sig: signal.getsignal(sig) for sig in WATCHED_SIGNALS}
+
+
+def _handlers_put_back() -> list[str]:
+    """The watched signals whose handler differs from the starting one, each put back."""
+    changed = []
+    for sig, handler in STARTING_HANDLERS.items():
+        now = signal.getsignal(sig)
+        if now != handler:
+            changed.append(f"{signal.Signals(sig).name}: {now!r}")
+            signal.signal(sig, handler)
+    return changed
+
+
+def _stop_if_signalled() -> None:
+    if STOPPED_BY:
+        sig = signal.Signals(STOPPED_BY[0])
+        pytest.exit(f"stopped by {sig.name}", returncode=128 + sig.value)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept() -> Iterator[None]:
+    """Fails a test after which (or before which: a fixture's set-up) a signal handler is left
+    installed; the handler is put back, so that one leak does not fail every later test. A
+    SIGINT or SIGTERM that reached the run during the test ends it."""
+    _stop_if_signalled()
+    if changed := _handlers_put_back():
+        pytest.fail(f"signal handlers left installed by a fixture set up for this test: {changed}")
+    yield
+    _stop_if_signalled()
+    if changed := _handlers_put_back():
+        pytest.fail(f"signal handlers left installed by this test: {changed}")
 
 
 def sentences(n: int, seed: int, min_words: int = 1, max_words: int = 6) -> list[str]:

@@ -6,6 +6,7 @@ This is the only place that prints errors.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import io
@@ -14,12 +15,13 @@ import sys
 import threading
 import traceback
 import typing
+from collections.abc import Iterator
 
 import typer
 
 from nmt_cli.cli.app import app
 from nmt_cli.cli.session import Globals
-from nmt_cli.errors import NmtError, SettingError, Terminated, describe
+from nmt_cli.errors import STOPS_TAKEN, NmtError, SettingError, Terminated, describe
 from nmt_cli.files import hold_closed_standard_descriptors
 
 try:  # recent Typer releases ship their own copy of click
@@ -33,15 +35,37 @@ def main(argv: list[str] | None = None) -> None:
     one line and an exit code here; SIGTERM too (`nmt train` and `nmt serve` stop on it their own
     way while they run)."""
     _standard_streams()
-    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     gc.disable()  # until the command's modules are imported (`session.imported`)
     try:
-        _run(argv)
+        with _stop_handlers():
+            _run(argv)
     finally:
         gc.unfreeze()  # for a caller that goes on in this process (the tests)
         gc.enable()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _stop_handlers() -> Iterator[None]:
+    """SIGTERM raises Terminated while the command runs (in the main thread), and the handler it
+    replaced is put back after. A stop signal that one of nmt's handlers took meanwhile is passed
+    on to the handler that the program running `main` had installed itself (a test runner, a
+    service), so that the program stops as it would have without nmt. Python's defaults are not
+    called: the command line ends with the command's exit code (143, 130)."""
+    if not _main_thread():
+        yield
+        return
+    first = len(STOPS_TAKEN)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
+        taken = set(STOPS_TAKEN[first:])
+        del STOPS_TAKEN[first:]
+        for sig, handler in previous.items():
+            if sig in taken and callable(handler) and handler is not signal.default_int_handler:
+                signal.raise_signal(sig)
 
 
 def _run(argv: list[str] | None) -> None:
@@ -108,7 +132,8 @@ def _opened(fd: int, mode: str) -> typing.TextIO | None:
         return None
 
 
-def _terminate(_signum: int, _frame: object) -> None:
+def _terminate(signum: int, _frame: object) -> None:
+    STOPS_TAKEN.append(signum)
     raise Terminated
 
 

@@ -12,7 +12,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, unquote_plus
 
-from nmt_cli.errors import InputError, NmtError
+from nmt_cli.errors import STOPS_TAKEN, InputError, NmtError
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
 
@@ -157,12 +157,16 @@ def _graceful_server(config: Any) -> "Server":
         def capture_signals(self) -> Generator[None, None, None]:
             # uvicorn re-raises the signal after its graceful shutdown, which would end the process
             # by SIGTERM (or a KeyboardInterrupt) instead of exit status 0 once everything is done.
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            previous = {sig: signal.signal(sig, self.take_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 yield
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+
+        def take_stop(self, sig: int, frame: Any) -> None:
+            STOPS_TAKEN.append(sig)  # for `cli.main` to pass on to a program running nmt
+            self.handle_exit(sig, frame)
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)

@@ -7,6 +7,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from nmt_cli.errors import STOPS_TAKEN
+
 
 class StopSignal:
     """SIGINT/SIGTERM ask the loop to finish the current update, save and exit."""
@@ -22,6 +24,7 @@ class StopSignal:
         return self
 
     def _handle(self, signum: int, _frame: object) -> None:
+        STOPS_TAKEN.append(signum)
         if self.received is not None:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl-C: stop now
