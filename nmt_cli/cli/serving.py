@@ -40,6 +40,9 @@ def serve(
     max_client_connections: Annotated[
         int, typer.Option(help="Open connections per client address; beyond, 429.")
     ] = 32,
+    max_html_tags: Annotated[
+        int, typer.Option(help="HTML tags (each < counts) in one request of format html; beyond, 413.")
+    ] = 32_768,
     shortlist: opt.Shortlist = None,
     api_keys: Annotated[
         Path | None,

@@ -87,7 +87,7 @@ def create_app(
     from fastapi import FastAPI
     from starlette.exceptions import HTTPException
 
-    from nmt_cli.serving import routes
+    from nmt_cli.serving import routes, translating
 
     service = Service.over(models, limits, keys)
     app = FastAPI(
@@ -98,7 +98,7 @@ def create_app(
     app.add_middleware(CountRequests, metrics=service.metrics)
     app.add_exception_handler(HTTPException, routes.http_error)  # 404, 405: JSON too
     app.add_exception_handler(Exception, routes.failed)  # a bug: 500, JSON too
-    for refusal in (BadRequest, libretranslate.Refused, routes.Unanswered):
+    for refusal in (BadRequest, libretranslate.Refused, translating.Unanswered):
         app.add_exception_handler(refusal, routes.refused)
     app.include_router(routes.nmt_routes())
     app.include_router(routes.libretranslate_routes())

@@ -5,8 +5,9 @@ wagtail-localize, browser extensions, `libretranslatepy`, `deep-translator`), on
                      served source language the text is in), target, format ("text", or "html":
                      each q an HTML fragment, its markup kept), api_key, alternatives (N more
                      translations of each text; an empty list for html, as LibreTranslate
-                     answers): as a JSON object, as a form (urlencoded or multipart), or in the
-                     query string, as LibreTranslate takes them
+                     answers), and nmt's glossary and constraints (as its own route takes them;
+                     constraints in q's shape): as a JSON object, as a form (urlencoded or
+                     multipart), or in the query string, as LibreTranslate takes them
                      -> {"translatedText": "..."} (a list for a list), with "alternatives" when
                      asked and "detectedLanguage" when the source was "auto" (a list for a list)
     POST /detect     q, api_key -> [{"confidence": 97.5, "language": "en"}, ...], likeliest first
@@ -25,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-FIELDS = ("q", "source", "target", "format", "api_key", "alternatives", "glossary")  # glossary: nmt's
+FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+EXTENSIONS = ("glossary", "constraints", "ordered_constraints")  # nmt's, as its own route takes them
 MAX_ALTERNATIVES = 10
 
 # Names for /languages (LibreTranslate's clients show them); other codes are named by their code.
@@ -113,7 +115,7 @@ async def multipart_fields(scope: Any, body: bytes) -> dict[str, Any]:
 
 def is_libretranslate(data: Mapping[str, Any]) -> bool:
     """A LibreTranslate request (q, or only its fields) rather than nmt's own ({"text": [...]})."""
-    return "text" not in data and ("q" in data or (bool(data) and set(data) <= set(FIELDS)))
+    return "text" not in data and ("q" in data or (bool(data) and set(data) <= {*FIELDS, *EXTENSIONS}))
 
 
 def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:

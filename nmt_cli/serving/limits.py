@@ -14,6 +14,7 @@ BOUNDS: dict[str, Allowed] = {
     "max_queue": Range(int, 1, 10_000_000),
     "max_input_chars": Range(int, 1, 10_000_000),
     "max_lines": Range(int, 1, 1_000_000),
+    "max_html_tags": Range(int, 1, 100_000_000),
     "request_timeout": Range(float, 0.1, 3600),
     "max_client_connections": Range(int, 1, 1_000_000),
 }
@@ -39,6 +40,10 @@ class ServeLimits:
     client that reads nothing of its answers for as long is dropped too."""
     max_client_connections: int = 32
     """Open connections one client address may hold; beyond, a new one gets 429 and is closed."""
+    max_html_tags: int = 32_768
+    """Most HTML tags (each `<` counts) in one request of format html; beyond, 413. Parsing and
+    rebuilding cost in proportion to the tags: this bounds what one request costs, and leaves
+    room for a web page (500 KB of HTML with a tag every 16 characters)."""
 
     def validate(self) -> None:
         """Raises SettingError for a value out of its bounds, InputError for a rule between two."""
@@ -54,6 +59,12 @@ class ServeLimits:
         """Open connections the server holds (a backstop: each may hold a body in memory); every
         queued or decoding request has a line, so more than twice --max-queue is never needed."""
         return 2 * self.max_queue + 64
+
+    @property
+    def max_tags_read(self) -> int:
+        """HTML tags being parsed or rebuilt, and waiting to be (`serving.text_lane`): one
+        request's worth at work and another waiting; beyond, 503."""
+        return 2 * self.max_html_tags
 
     @property
     def max_body_bytes(self) -> int:

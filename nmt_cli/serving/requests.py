@@ -15,6 +15,7 @@ from nmt_cli.data.text import without_nul
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling, with_terms
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.serving.limits import ServeLimits
+from nmt_cli.serving.refusals import CONSTRAINTS_SHAPE, NMT, TERMS, BadRequest, Wording
 from nmt_cli.user_settings import DecodeOverrides
 
 if TYPE_CHECKING:
@@ -37,15 +38,6 @@ FIELDS = (
     *TEXT_FIELDS,
     *TERM_FIELDS,
 )
-
-
-class BadRequest(Exception):
-    """A request refused before it reaches the model: an HTTP status and a message naming the field."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass
@@ -157,38 +149,46 @@ class Terms:
     settings: DecodeSettings
 
 
-def parse_terms(data: Mapping[str, Any], texts: int, settings: DecodeSettings) -> Terms:
-    """ "constraints" (a list of phrases for each text), "glossary" (an object of source term to
-    target term, or a list of [source term, target term] pairs) and "ordered_constraints"."""
+def parse_terms(
+    data: Mapping[str, Any],
+    texts: int,
+    settings: DecodeSettings,
+    wording: Wording = NMT,
+    single: bool = False,
+) -> Terms:
+    """ "constraints" (a list of phrases for each text; for `single`, LibreTranslate's q of one
+    string, the list of its phrases), "glossary" (an object of source term to target term, or a
+    list of [source term, target term] pairs) and "ordered_constraints"."""
     given = data.get("constraints")
-    if given is not None and not (
+    if single and isinstance(given, list) and all(isinstance(p, str) for p in given):
+        given = [given]
+    elif given is not None and not (
         isinstance(given, list)
         and len(given) == texts
         and all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in given)
     ):
-        raise BadRequest(422, f"constraints: a list of phrases (strings) for each of the {texts} texts")
-    return Terms(given, with_glossary(data, settings, "ordered_constraints"))
+        shape = "a list of phrases (strings)" + (" for q" if single else f" for each of the {texts} texts")
+        raise wording.refuse(CONSTRAINTS_SHAPE, shape=shape)
+    return Terms(given, with_glossary(data, settings, "ordered_constraints", wording))
 
 
 def with_glossary(
-    data: Mapping[str, Any], settings: DecodeSettings, ordered: str | None = None
+    data: Mapping[str, Any], settings: DecodeSettings, ordered: str | None = None, wording: Wording = NMT
 ) -> DecodeSettings:
     """`settings` with the request's "glossary" (and `ordered` field); BadRequest for a bad one."""
     entries = data.get("glossary")
     if entries is not None and not isinstance(entries, dict | list):
-        raise BadRequest(
-            422,
-            "glossary: an object of source term to target term, or a list of [source, target] pairs",
-        )
+        problem = "glossary: an object of source term to target term, or a list of [source, target] pairs"
+        raise wording.refuse(TERMS, problem=problem)
     if isinstance(entries, list):  # JSON has no tuples: [source, target] pairs
         entries = [tuple(e) if isinstance(e, list) else e for e in entries]
     try:
         glossary = Glossary.of(entries, where="glossary") if entries is not None else None
         return with_terms(settings, glossary, data.get(ordered, False) if ordered else False)
     except SettingError as err:
-        raise BadRequest(422, err.as_field()) from None
+        raise wording.refuse(TERMS, problem=err.as_field()) from None
     except InputError as err:
-        raise BadRequest(422, str(err)) from None
+        raise wording.refuse(TERMS, problem=str(err)) from None
 
 
 def route(

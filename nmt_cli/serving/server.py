@@ -8,6 +8,7 @@ import logging
 import re
 import signal
 import socket
+import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, unquote_plus
@@ -32,6 +33,7 @@ class StoppedAtOnce(NmtError):
 
 
 BACKLOG = 2048  # uvicorn's own default
+LOOP_SWITCH_S = 0.001  # /health under a flood of HTML: p90 24-30 ms, against 61-65 ms at 5 ms
 KEY_WORDS = ("key", "token", "secret", "password", "auth")
 """What a query parameter's name holds, case-folded and without its other characters, when it
 looks like it carries a secret."""
@@ -135,7 +137,14 @@ def run_server(
         ws="none",  # no WebSocket route: an upgrade request is answered as plain HTTP (JSON errors)
     )
     server = _graceful_server(config)
-    server.run(sockets=[sock])
+    # The event loop shares the interpreter's lock with the text lane's thread: a thread that wants
+    # it back waits up to this interval, 5 ms by default, several times for each request.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(LOOP_SWITCH_S)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sys.setswitchinterval(switch)
     if server.force_exit:
         raise StoppedAtOnce("stopped at once by a second Ctrl-C; requests in flight were dropped")
 

@@ -22,6 +22,7 @@ from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.metrics import Metrics
 from nmt_cli.serving.requests import Served
+from nmt_cli.serving.text_lane import TextLane
 
 if TYPE_CHECKING:
     from nmt_cli.decoding.translator import Translator
@@ -43,6 +44,8 @@ class Service:
     """What GET /info says of each pair, computed once."""
     detector: Detector
     """The source language of a text, among the served ones (POST /detect, source "auto")."""
+    text_lane: TextLane
+    """Where the requests' texts are parsed, cut, joined and rebuilt, off the event loop."""
 
     @classmethod
     def over(
@@ -53,7 +56,8 @@ class Service:
         served = [_served(translator, paths, limits, metrics) for translator, paths in models]
         described = [{**describe_model(s.translator, s.paths), "pair": s.name} for s in served]
         detector = Detector([s.pair[0] for s in served if s.pair is not None])
-        return cls(served, limits, keys, metrics, described, detector)
+        text_lane = TextLane(limits.max_queue, limits.max_tags_read)
+        return cls(served, limits, keys, metrics, described, detector, text_lane)
 
     def health(self) -> dict[str, Any]:
         """GET /health: the batch counters of every pair, summed."""
@@ -89,6 +93,7 @@ class Service:
     async def finish(self) -> None:
         """Decode everything still queued (uvicorn has answered every open request by now) and
         log what each pair served."""
+        await asyncio.to_thread(self.text_lane.close)
         for s in self.served:
             await asyncio.to_thread(s.batcher.close)
             stats = s.batcher.stats

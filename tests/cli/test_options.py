@@ -69,8 +69,8 @@ def test_attend_hands_on_its_decode_options(monkeypatch: pytest.MonkeyPatch) -> 
 def test_serve_hands_on_every_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     options = ["--max-batch-tokens", 100, "--max-wait-ms", 1, "--max-queue", 9, "--max-input-chars", 8]
     options += ["--max-lines", 7, "--request-timeout", 3, "--max-client-connections", 2]
-    seen = handed_on(monkeypatch, serve, "serve", "-m", "m.pt", *options)
-    assert seen["limits"] == ServeLimits(100, 1.0, 9, 8, 7, 3.0, 2)
+    seen = handed_on(monkeypatch, serve, "serve", "-m", "m.pt", *options, "--max-html-tags", 50)
+    assert seen["limits"] == ServeLimits(100, 1.0, 9, 8, 7, 3.0, 2, 50)
 
 
 # An empty path: pathlib reads "" as ".", so `-o ""` was answered "--output .: is a directory".
