@@ -16,8 +16,9 @@ Every request is checked in full (`serving.requests`) before anything reaches a 
 decode settings by the same rules as `nmt translate`'s options; a bad one gets a 4xx with
 `{"error": "FIELD: what is wrong"}`, a full queue a 503 with Retry-After. With API keys,
 /translate, /info and /metrics need one (`api_key`, or `Authorization: Bearer KEY`): 403 without,
-before any field is checked. The event loop only checks, queues and awaits: decoding runs on the
-batchers' threads. No endpoint touches files.
+before any field is checked. The event loop only checks, queues and awaits: texts are read and
+rebuilt on the service's text lane, and decoded on the batchers' threads. No endpoint touches
+files.
 
 This module assembles the app: the routes are `serving.routes` (three routers), what runs before
 them `serving.dependencies`, and the state they share a `serving.service.Service` held in
