@@ -74,8 +74,9 @@ def require_extra() -> None:
         import python_multipart  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:
-        # The one that failed: the first not imported (a failed import leaves no module behind).
-        module = next((name for name in SERVE_MODULES if name not in sys.modules), str(err.name))
+        # The one that failed: the first not imported (a failed import leaves no module behind, or
+        # None where an import of it is blocked).
+        module = next((name for name in SERVE_MODULES if sys.modules.get(name) is None), str(err.name))
         missing = f"nmt serve needs {module}, part of an optional extra: {EXTRA}"
         raise optional_import_failure(err, missing, module) from None
 
