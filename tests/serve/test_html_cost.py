@@ -58,5 +58,6 @@ def test_health_answers_while_heavy_html_is_parsed_and_rebuilt(server: Server) -
     took = time.monotonic() - start
     assert answered[0].status_code == 200, answered[0].text
     assert len(answered[0].json()["translations"]) == 60
-    # On the event loop, parsing and rebuilding each held /health for about half of the request.
-    assert len(waits) >= 10 and max(waits) < took / 4, (took, sorted(waits)[-3:])
+    # On the event loop, parsing and rebuilding each held /health for 40% of the request or more:
+    # two long waits. One hiccup of a busy machine is let pass.
+    assert len(waits) >= 10 and sorted(waits)[-2] < took / 4, (took, sorted(waits)[-3:])
