@@ -41,6 +41,7 @@ PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent only while it forks
 _FORKING = threading.Lock()
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _DECODED_ON_THREADS = False  # this process has decoded on several torch threads
 _FORKED_AFTER_THREADS = False  # this process is a fork of one that had
 
@@ -112,8 +113,16 @@ class WorkerPool:
             initargs=(os.getpid(), self._close_fds),
         )
         # Every worker is forked now (a fork pool starts them all at the first task): at the first
-        # call the caller may have threads of its own, whose locks a fork would copy.
-        executor.submit(int).result()
+        # call the caller may have threads of its own, whose locks a fork would copy. A worker
+        # starts with the stop signals blocked, and takes them once its own handlers are set
+        # (`_start_worker`): one sent before would run this process's Python handler in the
+        # half-started worker (a traceback, or no end at all if the fork copied a held lock).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            first = executor.submit(int)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # what came meanwhile arrives now
+        first.result()
         return executor
 
     def map(self, lines: list[Any], settings: Any) -> tuple[list[Any], int]:
@@ -237,6 +246,7 @@ def _start_worker(parent: int, close_fds: tuple[int, ...]) -> None:
     # SIGTERM (the pool ending a worker) ends it quietly: not the parent's handler, whose
     # exception would escape the worker's loop with a "Process ForkProcess-N:" report.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked since the fork (`_fork`)
     torch.set_num_threads(1)
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import torch
 from conftest import TrainedRun, nmt_command, sentences, subprocess_env, wait_until
 
 from nmt_cli import Sampling, Translator
+from nmt_cli.decoding import workers as worker_pool
 from nmt_cli.decoding.loading import decoding_workers
 from nmt_cli.decoding.workers import WorkerDied, WorkerPool
 from nmt_cli.errors import InputError
@@ -228,6 +230,34 @@ def test_a_worker_ended_by_sigterm_ends_quietly_whatever_the_parents_handler(
         assert "Process" not in capfd.readouterr().err
     finally:
         pool.close()
+
+
+def test_a_worker_signalled_before_its_handlers_are_set_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The pool may end a worker that is still starting (a machine under load starts it slowly): the
+    # signal must wait for the worker's own handler, not run the parent's Python one in the worker.
+    start = worker_pool._start_worker
+
+    def signalled_while_starting(*args: object) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # where the parent's handler would have raised
+        except BaseException:
+            (tmp_path / f"raised-in-{os.getpid()}").touch()
+            raise
+        start(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worker_pool, "_start_worker", signalled_while_starting)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        with pytest.raises(BrokenProcessPool):  # both workers ended before their first task
+            WorkerPool(upper_and_count_parts, 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not list(tmp_path.glob("raised-in-*"))  # the signal ended them by its default action
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception in initializer" not in err, err
 
 
 @pytest.mark.parametrize(
