@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,10 +302,11 @@ def prune(checkpoint_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average(paths: list[Path]) -> Checkpoint:
+def average(paths: list[Path], progress: Callable[[list[Path]], Iterable[Path]] = iter) -> Checkpoint:
     """A checkpoint whose parameters are the elementwise mean of those in `paths`, accumulated in fp32.
 
-    Loads one checkpoint at a time (memory: the sum plus one checkpoint). Refuses checkpoints
+    Loads one checkpoint at a time (memory: the sum plus one checkpoint), the second on through
+    `progress` (a reporter's bar: seconds each for a large model). Refuses checkpoints
     whose model configuration, sentencepiece models, tokenizers or parameter shapes differ, naming
     the first difference. The result carries no optimizer state and lists its sources.
     """
@@ -312,7 +314,7 @@ def average(paths: list[Path]) -> Checkpoint:
     total = {name: t.float().clone() for name, t in first.model.items()}
     sources = [{"path": str(paths[0]), "update": first.update}]
     direction = one_direction(None, first, paths[0], "average")
-    for path in paths[1:]:
+    for path in progress(paths[1:]):
         ckpt = load(path)
         _check_compatible(first, paths[0], ckpt, path)
         direction = one_direction(direction, ckpt, path, "average")

@@ -41,6 +41,10 @@ class Bar(Protocol):
 
     def close(self) -> None: ...
 
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
+
 
 class Reporter:
     def __init__(self, quiet: bool = False, line_seconds: float | None = None) -> None:

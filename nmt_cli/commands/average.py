@@ -29,7 +29,10 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
             f"--output {output}: the name of a training checkpoint, which resuming the run would read; "
             "choose another name (say, average.pt)"
         )
-    averaged = checkpoint.average(checkpoints)
+    averaged = checkpoint.average(
+        checkpoints,
+        progress=lambda rest: reporter.progress(rest, "averaging", total=len(rest), unit=" checkpoints"),
+    )
     checkpoint.save(averaged, output, "--output")
     # An average, best or imported checkpoint has no update of its own (-1): its name says what it is.
     sources = averaged.averaged_from or []

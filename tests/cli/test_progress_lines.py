@@ -83,6 +83,10 @@ def test_long_commands_write_progress_lines_in_a_log(
     assert re.search(r"translating: [\d,]+/100 lines \(\d+%\), [\d,.]+ lines/s", err), err
     assert nmt("-q", *translate, "-o", tmp_path / "quiet") == 0
     assert capsys.readouterr().err == ""
+    assert nmt("average", "--run", trained.run_dir, "--last", 3, "-o", tmp_path / "avg.pt") == 0
+    assert re.search(
+        r"averaging: 1/2 checkpoints \(50%\).*\naveraging: 2/2 checkpoints", capsys.readouterr().err
+    )
 
 
 def test_short_work_writes_no_progress_line(corpus: Corpus, tmp_path: Path, capsys) -> None:
