@@ -108,7 +108,7 @@ class TranslateJob:
     buffer_size: int = 5000
     split_sentences: bool = False
     alignments: bool = False
-    text_format: str = "text"  # or "html": each line a fragment, its markup kept
+    text_format: str = "text"  # "html": each line a fragment, its markup kept; "html-document": one page
     # Each line the source, then a tab before each phrase its translation must contain.
     constraints: bool = False
     ordered_constraints: bool = False

@@ -76,7 +76,12 @@ def translate(
         bool, typer.Option(help="After each translation, a tab and its word alignment (Pharaoh 'i-j' pairs).")
     ] = False,
     text_format: Annotated[
-        str, typer.Option("--format", help="text, or html: each line an HTML fragment, its markup kept.")
+        str,
+        typer.Option(
+            "--format",
+            help="text; html: each line an HTML fragment, its markup kept (input that reads as a web "
+            "page: one document); html-document: the whole input one HTML document, its structure kept.",
+        ),
     ] = "text",
     constraints: opt.Constraints = False,
     ordered_constraints: opt.OrderedConstraints = False,

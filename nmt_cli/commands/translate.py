@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.data.arriving import arriving_lines, stdin_bytes
+from nmt_cli.data.arriving import arriving_lines, first_lines, stdin_bytes, whole_text
 from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import check_readable, has_letters_or_digits
+from nmt_cli.decoding import html_shape
 from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve, with_terms
 from nmt_cli.decoding.terms import ConstraintError
@@ -43,7 +44,9 @@ from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
 Translate = Callable[[list[str]], list[Result]]
 """A configured `Translator.translate_texts`: lines in, their hypotheses (and alignments) out."""
-FORMATS = ("text", "html")
+FORMATS = ("text", "html", "html-document")
+SCANNED_LINES = 1_000
+"""Lines of a file that `--format html` reads before it decides whether the file is a page."""
 Write = Callable[..., None]
 """`_translate_stream` with its input and settings bound: (output stream, flushed callback)."""
 
@@ -60,10 +63,11 @@ def run(
     `sampling`. Of the job: `split_sentences`, each line sentence by sentence; `alignments`, each
     translation followed by a tab and its word alignment (Pharaoh's "i-j" pairs); `text_format`
     "html", each line an HTML fragment, translated with its markup kept (its blocks sentence by
-    sentence); `constraints`, each line is the source, then a tab before each phrase its
-    translation must contain (fairseq-interactive's --constraints), in that order with
-    `ordered_constraints`; `glossary`, a TSV of terms enforced where a sentence holds their source
-    side (`data.glossary`)."""
+    sentence), or the whole input one HTML document where it reads as a page (`_reads_as_page`);
+    "html-document", the whole input one HTML document; `constraints`, each line is the source,
+    then a tab before each phrase its translation must contain (fairseq-interactive's
+    --constraints), in that order with `ordered_constraints`; `glossary`, a TSV of terms enforced
+    where a sentence holds their source side (`data.glossary`)."""
     models, input_path, output_path, nbest = job.models, job.input_path, job.output_path, job.nbest
     reporter = Reporter(quiet)
     _check_options(job)
@@ -98,6 +102,7 @@ def run(
     translate = _translate_call(translator, settings, job)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     bar = reporter.bar("translating", total=total, unit=" lines") if shown else None
+    html = job.text_format != "text"
     write = functools.partial(
         _translate_stream,
         translate,
@@ -106,10 +111,15 @@ def run(
         buffer_size=job.buffer_size,
         nbest=nbest,
         emptied=emptied,
-        whole_lines=job.constraints or not (job.split_sentences or job.text_format == "html"),
+        whole_lines=job.constraints or not (job.split_sentences or html),
         progress=bar.update if bar is not None else None,
         warn=reporter.warn,
+        untranslated=_html_untranslated if html else _untranslated,
+        check_line=html_shape.unbalanced if html else None,
     )
+    if html and _reads_as_page(job, source, name, reporter):
+        page = functools.partial(translator.translate_markup, settings=settings, documents=True)
+        write = functools.partial(_translate_page, page, source, name, progress=write.keywords["progress"])
     try:
         if output_path is None or destination is None:
             write(sys.stdout)
@@ -145,23 +155,24 @@ def _check_options(job: TranslateJob) -> None:
         raise InputError("--alignments: the alignment is the best translation's; leave out --nbest")
     if text_format not in FORMATS:
         raise InputError(f"--format {text_format}: one of {', '.join(FORMATS)}")
-    if text_format == "html":  # before the model is loaded and stdin waited for
+    if text_format != "text":  # before the model is loaded and stdin waited for
         try:
             import lxml  # noqa: F401
         except ImportError as err:
-            missing = '--format html: needs lxml, an optional extra: pip install "nmt-cli[html]"'
+            missing = f'--format {text_format}: needs lxml, an optional extra: pip install "nmt-cli[html]"'
             raise optional_import_failure(err, missing, "lxml") from None
-    if text_format == "html" and (nbest > 1 or alignments or job.constraints):
+    if text_format != "text" and (nbest > 1 or alignments or job.constraints):
+        one = "a line" if text_format == "html" else "of the document"
         raise InputError(
-            "--format html: one translation a line, with its markup; leave out --nbest, --alignments "
-            "and --constraints (a --glossary applies to HTML too)"
+            f"--format {text_format}: one translation {one}, with its markup; leave out --nbest, "
+            "--alignments and --constraints (a --glossary applies to HTML too)"
         )
     if job.ordered_constraints and not job.constraints:
         raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
 
 
 def _translate_call(translator: Translator, settings: DecodeSettings, job: TranslateJob) -> Translate:
-    if job.text_format == "html":
+    if job.text_format != "text":
         return functools.partial(_html_results, translator, settings)
     if job.constraints:
         return functools.partial(_constrained_results, translator, settings)
@@ -294,14 +305,18 @@ def _translate_stream(
     whole_lines: bool = True,
     progress: Callable[[int], object] | None = None,
     warn: Callable[[str], None] | None = None,
+    untranslated: Callable[[str, str], bool] | None = None,
+    check_line: Callable[[str], str | None] | None = None,
 ) -> None:
     """Translate buffer by buffer; after each buffer's output is flushed, `flushed` gets the number
-    of input lines done so far and `progress` the buffer's; `emptied["lines"]` counts the non-empty
-    lines translated to nothing. A buffer's output goes out in one write, so that a process killed
-    while it translates (where nearly all the time goes) leaves only complete lines behind. A
-    phrase that cannot be met is named by its input line where `whole_lines` are translated (not
-    cut into sentences); `warn` hears of the first line that is not UTF-8 text."""
+    of input lines done so far and `progress` the buffer's; `emptied["lines"]` counts the lines
+    that had words and got none (`untranslated(line, translation)`). A buffer's output goes out in
+    one write, so that a process killed while it translates (where nearly all the time goes)
+    leaves only complete lines behind. A phrase that cannot be met is named by its input line
+    where `whole_lines` are translated (not cut into sentences); `warn` hears of the first line
+    that is not UTF-8 text, and of the first that `check_line` finds a problem with."""
     number = 0
+    untranslated = untranslated or _untranslated
     for lines in arriving_lines(source, name, buffer_size, warn):
         chunk = []
         try:
@@ -314,8 +329,14 @@ def _translate_stream(
             # A sentence's translation is one line already; the whitespace that joins a line's
             # sentences is the input's, and a tab or a line separator there would break the line.
             hyps = [(text.translate(ONE_LINE), score) for text, score in result.hyps]
-            if emptied is not None and has_letters_or_digits(line) and not hyps[0][0]:
+            if emptied is not None and untranslated(line, hyps[0][0]):
                 emptied["lines"] += 1
+            if check_line is not None and warn is not None and (problem := check_line(line)):
+                warn(
+                    f"{name}:{number + 1}: {problem}; --format html reads each line as one HTML "
+                    "fragment: give --format html-document for a page written over several lines"
+                )
+                check_line = None  # once: the lines of a page would repeat it
             if result.alignment is not None:
                 chunk.append(f"{hyps[0][0]}\t{pharaoh(result.alignment)}\n")
             elif nbest == 1:
@@ -329,3 +350,50 @@ def _translate_stream(
             flushed(number)
         if progress is not None:
             progress(len(lines))
+
+
+def _untranslated(line: str, translation: str) -> bool:
+    return not translation and has_letters_or_digits(line)
+
+
+def _html_untranslated(line: str, translation: str) -> bool:
+    """Words outside the tags, none translated; a line of tags alone (`</ul>`) has none to lose."""
+    return not html_shape.has_words(translation) and html_shape.has_words(line)
+
+
+def _reads_as_page(job: TranslateJob, source: BinaryIO, name: str, reporter: Reporter) -> bool:
+    """Whether the input is one HTML document rather than a fragment a line: --format
+    html-document, or --format html on input that opens with a doctype or <html>, or one of whose
+    first lines (up to SCANNED_LINES of a file; on a pipe, those that have arrived) is not a
+    fragment on its own (`html_shape.unbalanced`), as a web page's lines are not."""
+    if job.text_format != "html":
+        return job.text_format == "html-document"
+    lines = first_lines(source, job.input_path, SCANNED_LINES)
+    opens, _ = html_shape.document_opening("".join(lines))
+    found = next(((n, p) for n, line in enumerate(lines, 1) if (p := html_shape.unbalanced(line))), None)
+    if not opens and found is None:
+        return False
+    why = "it opens with a doctype or <html>" if opens else f"line {found[0]}: {found[1]}" if found else ""
+    reporter.info(f"{name}: read as one HTML document ({why}); --format html-document says so")
+    return True
+
+
+def _translate_page(
+    translate: Callable[[list[str]], list[str]],
+    source: BinaryIO,
+    name: str,
+    out: TextIO,
+    flushed: Callable[[int], None] | None = None,
+    *,
+    progress: Callable[[int], object] | None = None,
+) -> None:
+    """The whole input translated as one HTML document, written once it is."""
+    text = whole_text(source)
+    (page,) = translate([text])
+    out.write(page)
+    out.flush()
+    lines = text.count("\n") + (bool(text) and not text.endswith("\n"))
+    if flushed is not None:
+        flushed(lines)
+    if progress is not None:
+        progress(lines)

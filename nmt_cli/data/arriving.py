@@ -8,6 +8,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import BinaryIO
 
 from nmt_cli.data.text import decode_line
@@ -86,3 +87,23 @@ def arriving_lines(
             # Translation must survive any bytes: bad UTF-8 is replaced and NUL becomes a space.
             decoded.append(decode_line(raw.replace(b"\x00", b" "), name, number, errors="replace"))
         yield decoded
+
+
+def first_lines(source: BinaryIO, path: Path | None, most: int) -> list[str]:
+    """The first lines of the input, left to be read: of a file (`path`), `most` at most; of a
+    pipe, the whole lines that have arrived, without waiting for more."""
+    if path is not None and path.is_file():
+        with path.open("rb") as again:
+            raw = [line for _, line in zip(range(most), again, strict=False)]
+    else:
+        peek = getattr(source, "peek", None)
+        arrived = peek(1 << 16) if peek is not None else b""
+        raw = arrived.splitlines(keepends=True)
+        if raw and not raw[-1].endswith(b"\n") and len(raw) > 1:  # a line still arriving
+            raw.pop()
+    return [line.decode("utf-8", "replace") for line in raw]
+
+
+def whole_text(source: BinaryIO) -> str:
+    """All of the input as one text: bad UTF-8 replaced, a NUL as a space, a BOM at the start dropped."""
+    return source.read().decode("utf-8", "replace").replace("\x00", " ").removeprefix("\ufeff")

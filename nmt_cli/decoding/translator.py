@@ -173,17 +173,21 @@ class Translator:
             return [(r.hyps[0][0], r.alignment or ()) for r in results]
         return [r.hyps[0][0] for r in results]
 
-    def translate_html(self, fragments: Sequence[str], **options: Unpack[DecodeOptions]) -> list[str]:
-        """Each HTML fragment translated with its markup: blocks as whole sentences, inline elements
-        on the words aligned to theirs, mentions, hashtags, links, code and attributes kept as
-        they are (`decoding.markup`; needs lxml: `pip install "nmt-cli[html]"`)."""
+    def translate_html(
+        self, fragments: Sequence[str], *, document: bool = False, **options: Unpack[DecodeOptions]
+    ) -> list[str]:
+        """Each HTML fragment translated with its markup (`decoding.markup`; needs lxml: `pip install
+        "nmt-cli[html]"`): blocks whole, inline elements on the aligned words, code and attributes
+        kept; a text opening with a doctype or <html> (each, with `document`) is a whole page."""
         fragments = text_lines(fragments, "translate_html", "fragments")
         settings = arguments.call_settings(self.settings, options, 1, "translate_html")
-        return self.translate_markup(fragments, dataclasses.replace(settings, scores=False))
+        arguments.check_flags(document=document)
+        return self.translate_markup(fragments, dataclasses.replace(settings, scores=False), document)
 
-    def translate_markup(self, fragments: Sequence[str], settings: DecodeSettings) -> list[str]:
-        """HTML fragments translated with settings made by `settings()`; a MarkupError (an
-        InputError) for one that cannot be parsed."""
+    def translate_markup(
+        self, fragments: Sequence[str], settings: DecodeSettings, documents: bool = False
+    ) -> list[str]:
+        """`translate_html` with settings made by `settings()`; MarkupError (an InputError) if unreadable."""
         try:
             from nmt_cli.decoding import markup
         except ImportError as err:
@@ -196,7 +200,7 @@ class Translator:
         def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
             return [(r.hyps[0][0], r.alignment or ()) for r in self.translate_texts(texts, aligned)]
 
-        return markup.translate_fragments(list(fragments), translate)
+        return markup.translate_fragments(list(fragments), translate, documents)
 
     def translate_nbest(
         self,

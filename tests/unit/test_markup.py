@@ -11,7 +11,7 @@ from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt_cli.decoding import markup
+from nmt_cli.decoding import markup, markup_projection, markup_units, markup_writing
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
 
@@ -159,13 +159,13 @@ def test_a_code_block_or_rule_between_texts_ends_a_unit_as_a_block_does() -> Non
 def test_nested_elements_are_read_in_time_polynomial_in_their_depth(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each element's own text was read twice for each ancestor: 2^depth readings, so that 25 nested
     # <b> (a request of 175 characters) held a server's event loop for minutes.
-    own_text, calls = markup._own_text, []
+    own_text, calls = markup_units.own_text, []
 
     def counted(element: object) -> str:
         calls.append(element)
         return own_text(element)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(markup, "_own_text", counted)
+    monkeypatch.setattr(markup_units, "own_text", counted)
     for tag in ("b", "div"):
         calls.clear()
         (out,) = translate_fragments([f"<{tag}>" * 16 + "x" + f"</{tag}>" * 16 + " y"], upper)
@@ -228,7 +228,7 @@ def test_a_long_block_is_written_into_the_tree_once_a_run_not_word_by_word(
 
     parser = lxml.html.HTMLParser()
     parser.set_element_class_lookup(lxml.etree.ElementDefaultClassLookup(element=Counted))
-    monkeypatch.setattr(markup.html, "Element", parser.makeelement)
+    monkeypatch.setattr(markup_writing.html, "Element", parser.makeelement)
     words = [f"w{i}" for i in range(300)]
     fragment = f"<p>{' '.join(words)} <b>x</b> {' '.join(words)}</p>"
     (out,) = translate_fragments([fragment], upper)
@@ -248,13 +248,13 @@ def test_inline_elements_are_placed_without_scanning_every_word_for_each() -> No
             return super().__contains__(item)
 
     n = 300
-    unit = markup._Unit()
+    unit = markup_units.Unit()
     for k in range(n):
         unit.texts.append((f"w{k} ", (k,)))
         unit.elements[k] = lxml.html.Element("b")
     word_owners: list[set[int]] = [Counted({k}) for k in range(n)]
-    spans = markup._spans(unit, word_owners, {k: [k] for k in range(n)}, lambda i: i, n)
-    assert [(span.start, span.end) for span in spans] == [(k, k) for k in range(n)]
+    spans = markup_projection.spans_of(unit, word_owners, {k: [k] for k in range(n)}, lambda i: i, n)
+    assert [(span.start, span.end) for span in spans.values()] == [(k, k) for k in range(n)]
     assert len(checks) <= n
 
 
@@ -268,8 +268,8 @@ def test_atoms_are_placed_without_counting_the_words_before_each(monkeypatch: py
             reads.append(1)
             return super().__iter__()
 
-    words = markup._words
-    monkeypatch.setattr(markup, "_words", lambda text: (Counted(word) for word in words(text)))
+    words = markup_projection.words
+    monkeypatch.setattr(markup_projection, "words", lambda text: (Counted(word) for word in words(text)))
     n = 200
     (out,) = translate_fragments(["<p>" + " ".join(f"w{k} <img>" for k in range(n)) + " end</p>"], upper)
     assert out == "<p>" + " ".join(f"W{k} <img>" for k in range(n)) + " END</p>"

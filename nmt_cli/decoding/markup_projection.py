@@ -1,0 +1,338 @@
+"""A unit's translation put back into its markup (`decoding.markup`): inline elements wrap the
+target words aligned to the source words they wrapped, kept nested as in the source; an atom
+between words goes after the target word aligned to the source word before it.
+
+Punctuation at a word's edge stays where the source had it: an element whose source text did
+not end in punctuation ends before the target word's trailing punctuation (`<b>fruit</b>.` gives
+`<b>Obst</b>.`, not `<b>Obst.</b>`), and one whose text did not begin with punctuation begins
+after the leading punctuation (`"<b>fruit</b>"` keeps its quotes outside)."""
+
+from __future__ import annotations
+
+import bisect
+import re
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from lxml.etree import _Element
+
+from nmt_cli.decoding.alignment import Alignment
+from nmt_cli.decoding.markup_units import Atom, Event, Unit
+
+
+@dataclass
+class Span:
+    element: _Element
+    parent: int | None  # the id of the enclosing inline element
+    start: int  # first target word; start > end: empty, placed before word `start`
+    end: int
+
+
+def words(text: str) -> Iterator[tuple[int, int]]:
+    for found in re.finditer(r"\S+", text):
+        yield found.start(), found.end()
+
+
+def is_punctuation(char: str) -> bool:
+    return unicodedata.category(char).startswith("P")
+
+
+def punctuated(word: str) -> tuple[str, str, str]:
+    """A word as (leading punctuation, the rest, trailing punctuation); a word of punctuation
+    alone is all "rest"."""
+    start, end = 0, len(word)
+    while start < end and is_punctuation(word[start]):
+        start += 1
+    while end > start and is_punctuation(word[end - 1]):
+        end -= 1
+    if start == end:
+        return "", word, ""
+    return word[:start], word[start:end], word[end:]
+
+
+def projected(unit: Unit, target: str, alignment: Alignment) -> list[Event]:
+    """The unit's events with the translation in place of its words. What precedes the first word
+    and follows the last outside inline elements (whitespace, atoms) stays as it was; what stands
+    inside an element before its first word or after its last stays there, at its edge."""
+    source = unit.text
+    src_words = list(words(source))
+    tgt_words = target.split()
+    if not src_words or not tgt_words:
+        return as_is(unit)
+    owners = _char_owners(unit)
+    word_owners = [set().union(*(owners[i] for i in range(a, b))) for a, b in src_words]
+    linked: dict[int, list[int]] = {}
+    for i, j in alignment:
+        if i < len(src_words) and j < len(tgt_words):
+            linked.setdefault(i, []).append(j)
+
+    def target_of(i: int) -> int:
+        """A target word for source word i: its last aligned one, else the same relative place."""
+        if linked.get(i):
+            return max(linked[i])
+        return min(len(tgt_words) - 1, round(i * len(tgt_words) / len(src_words)))
+
+    first, last = src_words[0][0], src_words[-1][1]
+    spans = spans_of(unit, word_owners, linked, target_of, len(tgt_words))
+    edges = _Edges.of(unit, src_words, word_owners)
+    opens, closes = _placed(spans, edges)
+    atoms: dict[int, list[Event]] = {}
+    for between in edges.middle:
+        k = target_of(bisect.bisect_left(src_words, between.chars, key=lambda word: word[0]) - 1) + 1
+        if not _kept_inside(between, k, opens, closes):
+            atoms.setdefault(k, []).append(("atom", between))
+    leads, trails = _punctuation_held(unit)
+    events = _outside(unit, 0, first)
+    for k, word in enumerate(tgt_words):
+        if k:
+            events.append(("text", " "))
+        for atom in atoms.get(k, []):
+            events.extend([atom, ("text", " ")])
+        lead, core, trail = punctuated(word)
+        opening, closing = opens.get(k, []), closes.get(k + 1, [])
+        # Outer elements that held the punctuation in the source open before it (close after
+        # it); inner ones that did not, after it (before it).
+        inner = next(
+            (n for n, (e, _) in enumerate(opening) if e is not None and e not in leads), len(opening)
+        )
+        outer = next((n for n, (e, _) in enumerate(closing) if e in trails), len(closing))
+        events.extend(event for _, part in opening[:inner] for event in part)
+        events.append(("text", lead))
+        events.extend(event for _, part in opening[inner:] for event in part)
+        events.append(("text", core))
+        events.extend(event for _, part in closing[:outer] for event in part)
+        events.append(("text", trail))
+        events.extend(event for _, part in closing[outer:] for event in part)
+    for atom in atoms.get(len(tgt_words), []):
+        events.extend([("text", " "), atom])
+    for _, part in opens.get(len(tgt_words), []):  # empty elements at the end
+        events.extend(part)
+    return events + _outside(unit, last, len(source))
+
+
+@dataclass
+class _Edges:
+    """What stands inside each inline element before its first word (`heads`) and after its last
+    (`tails`): whitespace and atoms, in their order; and the atoms between words (`middle`)."""
+
+    heads: dict[int, list[Event]]
+    tails: dict[int, list[Event]]
+    middle: list[Atom]
+
+    @classmethod
+    def of(cls, unit: Unit, src_words: list[tuple[int, int]], word_owners: list[set[int]]) -> _Edges:
+        starts: dict[int, int] = {}  # each element's first character of a word, and last + 1
+        ends: dict[int, int] = {}
+        for (a, b), owned in zip(src_words, word_owners, strict=True):
+            for element_id in owned:
+                starts.setdefault(element_id, a)
+                ends[element_id] = b
+        edges = cls({}, {}, [])
+        first, last = src_words[0][0], src_words[-1][1]
+        at = 0
+        for atom, text, stack in _in_order(unit):
+            if atom is not None:
+                owner = atom.owners[-1] if atom.owners else None
+                if owner is not None and atom.chars <= starts[owner]:
+                    edges.heads.setdefault(owner, []).append(("atom", atom))
+                elif owner is not None and atom.chars >= ends[owner]:
+                    edges.tails.setdefault(owner, []).append(("atom", atom))
+                elif first < atom.chars < last:
+                    edges.middle.append(atom)
+                continue
+            if stack and text:
+                owner = stack[-1]
+                head, tail = text[: max(0, starts[owner] - at)], text[max(0, ends[owner] - at) :]
+                edges.heads.setdefault(owner, []).append(("text", head))
+                edges.tails.setdefault(owner, []).append(("text", tail))
+            at += len(text)
+        return edges
+
+
+def _in_order(unit: Unit) -> Iterator[tuple[Atom | None, str, tuple[int, ...]]]:
+    """The unit's texts and atoms in the order they stand: (None, text, its inline elements) or
+    (atom, "", ())."""
+    atoms = iter(unit.atoms)
+    atom = next(atoms, None)
+    for index, (text, stack) in enumerate(unit.texts):
+        while atom is not None and atom.texts <= index:
+            yield atom, "", ()
+            atom = next(atoms, None)
+        yield None, text, stack
+    while atom is not None:
+        yield atom, "", ()
+        atom = next(atoms, None)
+
+
+Opens = dict[int, list[tuple[int | None, list[Event]]]]
+"""Before target word k: (the id of an element that opens there, or None for an empty element with
+those nested in it; its events), parents first."""
+Closes = dict[int, list[tuple[int | None, list[Event]]]]
+"""After target word k - 1: (an element's id, or None for an empty element at the end of its
+parent; its events), children first."""
+
+
+def _kept_inside(atom: Atom, k: int, opens: Opens, closes: Closes) -> bool:
+    """Whether an atom placed before target word k, where the element it stood in ends or
+    begins, is put inside that element (as it was in the source) rather than beside it."""
+    owner = atom.owners[-1] if atom.owners else None
+    if owner is None:
+        return False
+    for element_id, events in closes.get(k, []):
+        if element_id == owner:
+            events[:0] = [("text", " "), ("atom", atom)]
+            return True
+    for element_id, events in opens.get(k, []):
+        if element_id == owner:
+            events.extend([("atom", atom), ("text", " ")])
+            return True
+    return False
+
+
+def _placed(spans: dict[int, Span], edges: _Edges) -> tuple[Opens, Closes]:
+    """Where each span's tags go, each element's edges inside it. An element left with no target
+    word stays, empty, at its place, and one nested in it stays inside it."""
+    empty = {element_id for element_id, span in spans.items() if span.start > span.end}
+    inside: dict[int, list[int]] = {}
+    for element_id in empty:
+        parent = spans[element_id].parent
+        if parent in empty:
+            inside.setdefault(parent, []).append(element_id)
+
+    def nested(element_id: int) -> list[Event]:
+        element = spans[element_id].element
+        within = [event for child in inside.get(element_id, []) for event in nested(child)]
+        head, tail = edges.heads.get(element_id, []), edges.tails.get(element_id, [])
+        return [("open", element), *head, *within, *tail, ("close", element)]
+
+    opens: Opens = {}
+    closes: Closes = {}
+    for element_id, span in spans.items():
+        if element_id not in empty:
+            head = [("open", span.element), *edges.heads.get(element_id, [])]
+            opens.setdefault(span.start, []).append((element_id, head))
+            tail = [*edges.tails.get(element_id, []), ("close", span.element)]
+            closes.setdefault(span.end + 1, []).insert(0, (element_id, tail))
+        elif span.parent in empty:  # inside its empty parent (`nested`)
+            continue
+        elif span.parent is not None and span.start == spans[span.parent].end + 1:
+            # At the end of its parent's words: inside the parent, before it closes.
+            at = closes[span.start]
+            parent = next(n for n, (e, _) in enumerate(at) if e == span.parent)
+            at.insert(parent, (None, nested(element_id)))
+        else:
+            opens.setdefault(span.start, []).append((None, nested(element_id)))
+    return opens, closes
+
+
+def _punctuation_held(unit: Unit) -> tuple[set[int], set[int]]:
+    """The inline elements whose source text begins with punctuation, and those whose text ends
+    with it."""
+    first: dict[int, str] = {}
+    last: dict[int, str] = {}
+    for text, stack in unit.texts:
+        stripped = text.strip()
+        if stripped:
+            for element_id in stack:
+                first.setdefault(element_id, stripped[0])
+                last[element_id] = stripped[-1]
+    leads = {element_id for element_id, char in first.items() if is_punctuation(char)}
+    return leads, {element_id for element_id, char in last.items() if is_punctuation(char)}
+
+
+def _char_owners(unit: Unit) -> list[tuple[int, ...]]:
+    owners: list[tuple[int, ...]] = []
+    for text, stack in unit.texts:
+        owners.extend([stack] * len(text))
+    return owners
+
+
+def spans_of(
+    unit: Unit,
+    word_owners: list[set[int]],
+    linked: dict[int, list[int]],
+    target_of: Callable[[int], int],
+    n_target: int,
+) -> dict[int, Span]:
+    """Each inline element's target words, parents first: the words aligned to its source words,
+    kept inside its parent's span and off its siblings' (the longest free run of them); an
+    element left with none stays, empty, where it touches no sibling."""
+    # One pass each, not one per element: a block may hold thousands of inline elements.
+    order: dict[int, int | None] = {}
+    for _, stack in unit.texts:
+        for depth, element_id in enumerate(stack):
+            order.setdefault(element_id, stack[depth - 1] if depth else None)
+    words_of: dict[int, list[int]] = {}
+    for i, owned in enumerate(word_owners):
+        for element_id in owned:
+            words_of.setdefault(element_id, []).append(i)
+    spans: dict[int, Span] = {}
+    taken: dict[int | None, set[int]] = {}  # target words held by a parent's children
+    for element_id, parent in order.items():
+        words = words_of.get(element_id, [])
+        targets = sorted({j for i in words for j in linked.get(i, [])}) or (
+            [target_of(words[0])] if words else []
+        )
+        low, high = 0, n_target - 1
+        if parent is not None and parent in spans:
+            low, high = spans[parent].start, spans[parent].end
+        held = taken.setdefault(parent, set())
+        free = (
+            [j for j in range(max(low, targets[0]), min(high, targets[-1]) + 1) if j not in held]
+            if targets
+            else []
+        )
+        run = _longest_run(free)
+        if run:
+            start, end = run[0], run[-1]
+        else:  # empty: before the first word of the parent's span that no sibling holds, or at its end
+            start = next((j for j in range(low, high + 1) if j not in held), high + 1)
+            end = start - 1
+        held.update(range(start, end + 1))
+        spans[element_id] = Span(unit.elements[element_id], parent, start, end)
+    return spans
+
+
+def _longest_run(positions: list[int]) -> list[int]:
+    """The longest run of consecutive numbers in sorted `positions`."""
+    best: list[int] = []
+    run: list[int] = []
+    for j in positions:
+        run = [*run, j] if run and j == run[-1] + 1 else [j]
+        if len(run) > len(best):
+            best = run
+    return best
+
+
+def as_is(unit: Unit) -> list[Event]:
+    """A unit with nothing to translate, as it was."""
+    events: list[Event] = []
+    stack: tuple[int, ...] = ()
+    for atom, text, owners in _in_order(unit):
+        owners = atom.owners if atom is not None else owners
+        common = 0
+        while common < min(len(stack), len(owners)) and stack[common] == owners[common]:
+            common += 1
+        events.extend(("close", unit.elements[e]) for e in reversed(stack[common:]))
+        events.extend(("open", unit.elements[e]) for e in owners[common:])
+        stack = owners
+        events.append(("atom", atom) if atom is not None else ("text", text))
+    events.extend(("close", unit.elements[e]) for e in reversed(stack))
+    return events
+
+
+def _outside(unit: Unit, start: int, end: int) -> list[Event]:
+    """Characters start..end of the unit's text outside its words and its inline elements
+    (whitespace), with the atoms outside inline elements among them, in their order."""
+    events: list[Event] = []
+    at = 0
+    for atom, text, stack in _in_order(unit):
+        if atom is not None:
+            if not atom.owners and start <= atom.chars <= end:
+                events.append(("atom", atom))
+            continue
+        if not stack and max(start, at) < min(end, at + len(text)):
+            events.append(("text", text[max(start, at) - at : min(end, at + len(text)) - at]))
+        at += len(text)
+    return events
