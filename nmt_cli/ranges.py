@@ -84,6 +84,7 @@ SETTINGS: dict[str, Allowed] = {
     "early_stopping": Flag(),
     "split_sentences": Flag(),
     "alignments": Flag(),
+    "document": Flag(),
     "batch_tokens": Range(int, 1, 1_000_000),
     "sampling": ("topk", "topp"),
     "topk": Range(int, 0, 1_000_000),

@@ -114,7 +114,7 @@ def run(
         whole_lines=job.constraints or not (job.split_sentences or html),
         progress=bar.update if bar is not None else None,
         warn=reporter.warn,
-        untranslated=_html_untranslated if html else _untranslated,
+        untranslated=html_shape.words_lost if html else _untranslated,
         check_line=html_shape.unbalanced if html else None,
     )
     if html and _reads_as_page(job, source, name, reporter):
@@ -325,6 +325,8 @@ def _translate_stream(
             if not whole_lines:
                 raise
             raise InputError(f"{name}:{number + err.line + 1}: {err.problem}") from None
+        except html_shape.MarkupError as err:
+            raise InputError(f"{name}:{number + err.index + 1}: {err}") from None
         for line, result in zip(lines, results, strict=True):
             # A sentence's translation is one line already; the whitespace that joins a line's
             # sentences is the input's, and a tab or a line separator there would break the line.
@@ -356,11 +358,6 @@ def _untranslated(line: str, translation: str) -> bool:
     return not translation and has_letters_or_digits(line)
 
 
-def _html_untranslated(line: str, translation: str) -> bool:
-    """Words outside the tags, none translated; a line of tags alone (`</ul>`) has none to lose."""
-    return not html_shape.has_words(translation) and html_shape.has_words(line)
-
-
 def _reads_as_page(job: TranslateJob, source: BinaryIO, name: str, reporter: Reporter) -> bool:
     """Whether the input is one HTML document rather than a fragment a line: --format
     html-document, or --format html on input that opens with a doctype or <html>, or one of whose
@@ -389,11 +386,13 @@ def _translate_page(
 ) -> None:
     """The whole input translated as one HTML document, written once it is."""
     text = whole_text(source)
-    (page,) = translate([text])
+    try:
+        (page,) = translate([text])
+    except html_shape.MarkupError as err:
+        raise InputError(f"{name}:{err.line or 1}: {err}") from None
     out.write(page)
     out.flush()
     lines = text.count("\n") + (bool(text) and not text.endswith("\n"))
-    if flushed is not None:
-        flushed(lines)
-    if progress is not None:
-        progress(lines)
+    for done in (flushed, progress):
+        if done is not None:
+            done(lines)

@@ -10,7 +10,7 @@ import re
 from lxml import html
 from lxml.etree import ParserError, _Element
 
-from nmt_cli.errors import InputError
+from nmt_cli.decoding.html_shape import MarkupError
 
 NOT_XML = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF], " ")
 """Characters an HTML parser lets through but an lxml tree cannot hold: read as spaces, as HTML
@@ -21,10 +21,6 @@ HUGE = re.compile(r",?\s*(?:use|try) XML_PARSE_HUGE")
 """libxml2's advice in its messages (worded by version), which names an option of its own."""
 MAX_DEPTH = 254
 """Elements a fragment may nest: libxml2 stops at 256, and the page's <html> and <body> count."""
-
-
-class MarkupError(InputError):
-    """HTML the parser cannot make a document of."""
 
 
 def parsed_body(fragment: str) -> _Element | None:
@@ -42,12 +38,13 @@ def parsed_document(text: str) -> _Element:
         page = html.document_fromstring(text, parser=parser)
     except (ParserError, ValueError) as err:
         raise MarkupError(f"not HTML that can be parsed ({err})") from None
-    fatal = [error.message for error in parser.error_log if error.level_name == "FATAL"]
+    fatal = [error for error in parser.error_log if error.level_name == "FATAL"]
     if fatal:
-        reason = HUGE.split(fatal[0])[0].strip()  # libxml2's own option: not the user's
+        reason = HUGE.split(fatal[0].message)[0].strip()  # libxml2's own option: not the user's
         raise MarkupError(
             f"HTML that the parser stops reading part way ({reason}), losing the rest; nest "
-            f"elements at most {MAX_DEPTH} deep, keep each text and attribute under 10 MB"
+            f"elements at most {MAX_DEPTH} deep, keep each text and attribute under 10 MB",
+            line=fatal[0].line,
         )
     return page
 
@@ -58,7 +55,10 @@ def same_element(element: _Element) -> _Element:
     try:
         return html.Element(element.tag, dict(element.attrib))
     except ValueError as err:
-        raise MarkupError(f"HTML with a name that cannot be written back ({err})") from None
+        raise MarkupError(
+            f"HTML with a name that cannot be written back ({err}); write a '<' that is text as &lt;",
+            line=element.sourceline,
+        ) from None
 
 
 class WrittenBack:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 from nmt_cli.data.text import has_letters_or_digits
+from nmt_cli.errors import InputError
 
 DOCUMENT_TAGS = frozenset({"html", "head", "body"})
 VOID = frozenset("area base br col embed hr img input keygen link meta param source track wbr".split())
@@ -18,6 +19,15 @@ OPTIONAL_END = frozenset(
 """Elements whose end tag HTML lets a writer leave out (<plaintext> has none at all)."""
 RAW = ("script", "style", "xmp", "iframe", "noembed", "noframes", "textarea", "title", "plaintext")
 """Elements whose content holds no tags, read as text up to their end tag."""
+
+
+class MarkupError(InputError):
+    """HTML that cannot be read whole or written back; `index`: which of the texts given together,
+    `line`: the line of that text where the parser found it, where known."""
+
+    def __init__(self, message: str, index: int = 0, line: int | None = None) -> None:
+        super().__init__(message)
+        self.index, self.line = index, line
 
 
 class _Stop(Exception):
@@ -104,6 +114,12 @@ def has_words(text: str) -> bool:
     """Whether HTML has text with a letter or a digit outside its tags, comments and scripts."""
     reader = _read(text)
     return any(has_letters_or_digits(words) for words in reader.words)
+
+
+def words_lost(source: str, translation: str) -> bool:
+    """Whether HTML had words outside its tags and its translation has none (a line of tags
+    alone, `</ul>`, has none to lose)."""
+    return not has_words(translation) and has_words(source)
 
 
 def _read(text: str) -> _Tags:

@@ -58,7 +58,13 @@ class Parsed:
     @classmethod
     def of(cls, fragments: list[str], documents: bool = False) -> Parsed:
         pages = [_page(text, documents) for text in fragments]
-        events = [events_of(text, page is not None) for text, page in zip(fragments, pages, strict=True)]
+        events = []
+        for index, (text, page) in enumerate(zip(fragments, pages, strict=True)):
+            try:
+                events.append(events_of(text, page is not None))
+            except MarkupError as err:
+                err.index = index
+                raise
         units = [
             unit
             for sequence in events

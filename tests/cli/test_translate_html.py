@@ -130,3 +130,16 @@ def test_a_line_that_is_only_part_of_an_element_is_warned_of_once(
         f"warning: {source}:3: </p> closes an element not opened on the line; --format html reads each "
         "line as one HTML fragment: give --format html-document for a page written over several lines"
     ]
+
+
+def test_the_api_keeps_a_documents_structure_too(trained: TrainedRun) -> None:
+    from nmt_cli.decoding.translator import Translator
+    from nmt_cli.errors import SettingError
+
+    translator = Translator.load(trained.checkpoint, device="cpu", precision="fp32", threads=1)
+    (page,) = translator.translate_html([PAGE])  # opens with a doctype: a document
+    assert tree(page) == tree(PAGE) and page.startswith("<!DOCTYPE html>\n")
+    (div,) = translator.translate_html(["<div>apple\n<p>river</p></div>"], document=True)
+    assert div.startswith("<html><body><div>")
+    with pytest.raises(SettingError, match="^document="):
+        translator.translate_html(["<p>apple</p>"], document="yes")  # type: ignore[arg-type]
