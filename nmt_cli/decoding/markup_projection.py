@@ -286,8 +286,11 @@ def spans_of(
         run = _longest_run(free)
         if run:
             start, end = run[0], run[-1]
-        else:  # empty: before the first word of the parent's span that no sibling holds, or at its end
-            start = next((j for j in range(low, high + 1) if j not in held), high + 1)
+        else:
+            # Empty: after the words it is aligned to (beside the sibling that holds them), else from
+            # the start of the parent's span: before the first word no sibling holds, or at its end.
+            after = max(low, targets[-1] + 1) if targets else low
+            start = next((j for j in range(after, high + 1) if j not in held), high + 1)
             end = start - 1
         held.update(range(start, end + 1))
         spans[element_id] = Span(unit.elements[element_id], parent, start, end)

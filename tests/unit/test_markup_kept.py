@@ -135,3 +135,13 @@ def test_a_translation_in_the_same_order_keeps_every_element_where_it_was(parts:
     (out,) = translate_fragments([fragment], upper)
     if fragment.strip():
         assert ancestry(out) == ancestry(fragment)
+
+
+def test_an_element_left_without_a_word_stays_beside_the_word_it_is_aligned_to() -> None:
+    def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
+        return [("Wir lieben NY heute", ((0, 0), (1, 1), (2, 2), (3, 2), (4, 3)))]
+
+    # <b> takes "NY"; the <i> aligned to it too went to the start of the sentence.
+    assert translate_fragments(["We love <b>new</b> <i>York</i> today"], translate) == [
+        "Wir lieben <b>NY</b> <i></i>heute"
+    ]
