@@ -58,6 +58,7 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
     default_batch_tokens,
     resolve,
 )
+from nmt_cli.decoding.term_alignment import terms_aligned
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
 from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork, fork_safe_threads, open_descriptors
@@ -180,8 +181,8 @@ class Translator:
         "nmt-cli[html]"`): blocks whole, inline elements on the aligned words, code and attributes
         kept; a text opening with a doctype or <html> (each, with `document`) is a whole page."""
         fragments = text_lines(fragments, "translate_html", "fragments")
-        settings = arguments.call_settings(self.settings, options, 1, "translate_html")
         arguments.check_flags(document=document)
+        settings = arguments.call_settings(self.settings, options, 1, "translate_html")
         return self.translate_markup(fragments, dataclasses.replace(settings, scores=False), document)
 
     def translate_markup(
@@ -406,5 +407,6 @@ class Translator:
             for i, sentence in zip(todo, hyps, strict=True):
                 best = sentence[0] if sentence else Hypothesis([], 0.0, [])
                 links = aligned_words(best.links, ids[i], best.tokens, *spm)
-                results[i] = Result(results[i].hyps, texts.in_words_of(text_of(lines[i]), links))
+                links = texts.in_words_of(text_of(lines[i]), links)
+                results[i] = Result(results[i].hyps, terms_aligned(lines[i], best.tokens, links, spm[1]))
         return results
