@@ -76,15 +76,8 @@ def _parsed(fragments: list[str], wording: Wording) -> Html:
     try:
         parsed = Parsed.of(fragments)
         return Html(parsed, parsed.texts)
-    except MarkupError as err:
-        refusal = wording.refuse(MARKUP, index=0, problem=err)
-    for index, fragment in enumerate(fragments):  # which one: the answer names it
-        try:
-            Parsed.of([fragment])
-        except MarkupError as own:
-            refusal = wording.refuse(MARKUP, index=index, problem=own)
-            break
-    raise refusal
+    except MarkupError as err:  # names the text it refuses
+        raise wording.refuse(MARKUP, index=err.index, problem=err) from None
 
 
 async def translate_texts(
