@@ -82,33 +82,36 @@ def projected(unit: Unit, target: str, alignment: Alignment) -> list[Event]:
         k = target_of(bisect.bisect_left(src_words, between.chars, key=lambda word: word[0]) - 1) + 1
         if not _kept_inside(between, k, opens, closes):
             atoms.setdefault(k, []).append(("atom", between))
-    leads, trails = _punctuation_held(unit)
-    events = _outside(unit, 0, first)
+    events, after = _outside(unit, first, last)
     for k, word in enumerate(tgt_words):
         if k:
             events.append(("text", " "))
         for atom in atoms.get(k, []):
             events.extend([atom, ("text", " ")])
-        lead, core, trail = punctuated(word)
         opening, closing = opens.get(k, []), closes.get(k + 1, [])
+        if not opening and not closing:  # most words: no tag at either edge
+            events.append(("text", word))
+            continue
+        lead, core, trail = punctuated(word)
         # Outer elements that held the punctuation in the source open before it (close after
         # it); inner ones that did not, after it (before it).
+        leads, trails = edges.leads, edges.trails
         inner = next(
             (n for n, (e, _) in enumerate(opening) if e is not None and e not in leads), len(opening)
         )
         outer = next((n for n, (e, _) in enumerate(closing) if e in trails), len(closing))
-        events.extend(event for _, part in opening[:inner] for event in part)
-        events.append(("text", lead))
-        events.extend(event for _, part in opening[inner:] for event in part)
-        events.append(("text", core))
-        events.extend(event for _, part in closing[:outer] for event in part)
-        events.append(("text", trail))
-        events.extend(event for _, part in closing[outer:] for event in part)
+        for n, (_, part) in enumerate(opening):
+            events.extend([("text", lead), *part] if n == inner and lead else part)
+        events.append(("text", lead + core if inner == len(opening) else core))
+        for n, (_, part) in enumerate(closing):
+            events.extend([("text", trail), *part] if n == outer and trail else part)
+        if outer == len(closing) and trail:
+            events.append(("text", trail))
     for atom in atoms.get(len(tgt_words), []):
         events.extend([("text", " "), atom])
     for _, part in opens.get(len(tgt_words), []):  # empty elements at the end
         events.extend(part)
-    return events + _outside(unit, last, len(source))
+    return events + after
 
 
 @dataclass
@@ -119,6 +122,9 @@ class _Edges:
     heads: dict[int, list[Event]]
     tails: dict[int, list[Event]]
     middle: list[Atom]
+    leads: set[int]
+    """The elements whose source text begins with punctuation; `trails`, those whose text ends with it."""
+    trails: set[int]
 
     @classmethod
     def of(cls, unit: Unit, src_words: list[tuple[int, int]], word_owners: list[set[int]]) -> _Edges:
@@ -128,8 +134,10 @@ class _Edges:
             for element_id in owned:
                 starts.setdefault(element_id, a)
                 ends[element_id] = b
-        edges = cls({}, {}, [])
+        edges = cls({}, {}, [], set(), set())
         first, last = src_words[0][0], src_words[-1][1]
+        opening: dict[int, str] = {}  # each element's first and last character other than a space
+        closing: dict[int, str] = {}
         at = 0
         for atom, text, stack in _in_order(unit):
             if atom is not None:
@@ -143,10 +151,17 @@ class _Edges:
                 continue
             if stack and text:
                 owner = stack[-1]
-                head, tail = text[: max(0, starts[owner] - at)], text[max(0, ends[owner] - at) :]
-                edges.heads.setdefault(owner, []).append(("text", head))
-                edges.tails.setdefault(owner, []).append(("text", tail))
+                if head := text[: max(0, starts[owner] - at)]:
+                    edges.heads.setdefault(owner, []).append(("text", head))
+                if tail := text[max(0, ends[owner] - at) :]:
+                    edges.tails.setdefault(owner, []).append(("text", tail))
+                if stripped := text.strip():
+                    for element_id in stack:
+                        opening.setdefault(element_id, stripped[0])
+                        closing[element_id] = stripped[-1]
             at += len(text)
+        edges.leads = {element_id for element_id, char in opening.items() if is_punctuation(char)}
+        edges.trails = {element_id for element_id, char in closing.items() if is_punctuation(char)}
         return edges
 
 
@@ -200,11 +215,15 @@ def _placed(spans: dict[int, Span], edges: _Edges) -> tuple[Opens, Closes]:
         if parent in empty:
             inside.setdefault(parent, []).append(element_id)
 
-    def nested(element_id: int) -> list[Event]:
+    def nested(element_id: int, events: list[Event]) -> list[Event]:
         element = spans[element_id].element
-        within = [event for child in inside.get(element_id, []) for event in nested(child)]
-        head, tail = edges.heads.get(element_id, []), edges.tails.get(element_id, [])
-        return [("open", element), *head, *within, *tail, ("close", element)]
+        events.append(("open", element))
+        events.extend(edges.heads.get(element_id, ()))
+        for child in inside.get(element_id, ()):
+            nested(child, events)
+        events.extend(edges.tails.get(element_id, ()))
+        events.append(("close", element))
+        return events
 
     opens: Opens = {}
     closes: Closes = {}
@@ -220,25 +239,10 @@ def _placed(spans: dict[int, Span], edges: _Edges) -> tuple[Opens, Closes]:
             # At the end of its parent's words: inside the parent, before it closes.
             at = closes[span.start]
             parent = next(n for n, (e, _) in enumerate(at) if e == span.parent)
-            at.insert(parent, (None, nested(element_id)))
+            at.insert(parent, (None, nested(element_id, [])))
         else:
-            opens.setdefault(span.start, []).append((None, nested(element_id)))
+            opens.setdefault(span.start, []).append((None, nested(element_id, [])))
     return opens, closes
-
-
-def _punctuation_held(unit: Unit) -> tuple[set[int], set[int]]:
-    """The inline elements whose source text begins with punctuation, and those whose text ends
-    with it."""
-    first: dict[int, str] = {}
-    last: dict[int, str] = {}
-    for text, stack in unit.texts:
-        stripped = text.strip()
-        if stripped:
-            for element_id in stack:
-                first.setdefault(element_id, stripped[0])
-                last[element_id] = stripped[-1]
-    leads = {element_id for element_id, char in first.items() if is_punctuation(char)}
-    return leads, {element_id for element_id, char in last.items() if is_punctuation(char)}
 
 
 def _char_owners(unit: Unit) -> list[tuple[int, ...]]:
@@ -325,17 +329,23 @@ def as_is(unit: Unit) -> list[Event]:
     return events
 
 
-def _outside(unit: Unit, start: int, end: int) -> list[Event]:
-    """Characters start..end of the unit's text outside its words and its inline elements
-    (whitespace), with the atoms outside inline elements among them, in their order."""
-    events: list[Event] = []
+def _outside(unit: Unit, first: int, last: int) -> tuple[list[Event], list[Event]]:
+    """What stands before character `first` and from character `last` of the unit's text outside
+    its inline elements (whitespace, and atoms), in their order."""
+    before: list[Event] = []
+    after: list[Event] = []
     at = 0
     for atom, text, stack in _in_order(unit):
         if atom is not None:
-            if not atom.owners and start <= atom.chars <= end:
-                events.append(("atom", atom))
+            if not atom.owners and atom.chars <= first:
+                before.append(("atom", atom))
+            elif not atom.owners and atom.chars >= last:
+                after.append(("atom", atom))
             continue
-        if not stack and max(start, at) < min(end, at + len(text)):
-            events.append(("text", text[max(start, at) - at : min(end, at + len(text)) - at]))
-        at += len(text)
-    return events
+        end = at + len(text)
+        if not stack and at < first:
+            before.append(("text", text[: first - at]))
+        if not stack and end > last:
+            after.append(("text", text[max(0, last - at) :]))
+        at = end
+    return before, after
