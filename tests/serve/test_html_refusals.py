@@ -2,7 +2,8 @@
 anything is decoded, by every front end: `nmt translate --format html` exits 2 with one line naming
 the file and line (and writes nothing), the Python API raises a MarkupError (an InputError) naming
 the text, nmt's route answers 422 naming `text[i]` and LibreTranslate's 400 naming `q[i]`, both in
-JSON and without a traceback in the server's log."""
+JSON and without a traceback in the server's log. A text that opens as a whole document keeps its
+structure on both routes."""
 
 from __future__ import annotations
 
@@ -76,3 +77,20 @@ def test_both_routes_refuse_it_before_decoding_naming_the_field(server: Server, 
     assert libre.status_code == 400, libre.text
     assert libre.json()["error"].startswith(f"Invalid request: q[1]: {says}")
     assert "Traceback" not in server.text()
+
+
+PAGE = (
+    '<!DOCTYPE html>\n<html lang="en">\n<head><title>apple</title></head>\n'
+    "<body><p>apple river</p></body>\n</html>\n"
+)
+
+
+def test_both_routes_keep_a_documents_structure(server: Server) -> None:
+    # A text that opens as a document lost its doctype, <html>, <head> and <body>.
+    lxml_html = pytest.importorskip("lxml.html")
+    own = server.post({"text": [PAGE], "format": "html"}).json()["translations"][0]
+    libre = server.post({"q": PAGE, "source": "auto", "target": "tgt", "format": "html"}).json()
+    for page in (own, libre["translatedText"]):
+        assert page.startswith('<!DOCTYPE html>\n<html lang="en">\n<head><title>')
+        tree = lxml_html.document_fromstring(page)
+        assert [e.tag for e in tree.iter()] == ["html", "head", "title", "body", "p"]
