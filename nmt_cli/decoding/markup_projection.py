@@ -89,29 +89,39 @@ def projected(unit: Unit, target: str, alignment: Alignment) -> list[Event]:
         for atom in atoms.get(k, []):
             events.extend([atom, ("text", " ")])
         opening, closing = opens.get(k, []), closes.get(k + 1, [])
-        if not opening and not closing:  # most words: no tag at either edge
+        if opening or closing:
+            _tagged_word(events, word, opening, closing, edges)
+        else:  # most words: no tag at either edge
             events.append(("text", word))
-            continue
-        lead, core, trail = punctuated(word)
-        # Outer elements that held the punctuation in the source open before it (close after
-        # it); inner ones that did not, after it (before it).
-        leads, trails = edges.leads, edges.trails
-        inner = next(
-            (n for n, (e, _) in enumerate(opening) if e is not None and e not in leads), len(opening)
-        )
-        outer = next((n for n, (e, _) in enumerate(closing) if e in trails), len(closing))
-        for n, (_, part) in enumerate(opening):
-            events.extend([("text", lead), *part] if n == inner and lead else part)
-        events.append(("text", lead + core if inner == len(opening) else core))
-        for n, (_, part) in enumerate(closing):
-            events.extend([("text", trail), *part] if n == outer and trail else part)
-        if outer == len(closing) and trail:
-            events.append(("text", trail))
     for atom in atoms.get(len(tgt_words), []):
         events.extend([("text", " "), atom])
     for _, part in opens.get(len(tgt_words), []):  # empty elements at the end
         events.extend(part)
     return events + after
+
+
+def _tagged_word(
+    events: list[Event],
+    word: str,
+    opening: list[tuple[int | None, list[Event]]],
+    closing: list[tuple[int | None, list[Event]]],
+    edges: _Edges,
+) -> None:
+    """A target word with the tags that open before it and close after it. Outer elements that
+    held the punctuation at its edge in the source open before it (close after it); inner ones
+    that did not, after it (before it)."""
+    lead, core, trail = punctuated(word)
+    inner = next(
+        (n for n, (e, _) in enumerate(opening) if e is not None and e not in edges.leads), len(opening)
+    )
+    outer = next((n for n, (e, _) in enumerate(closing) if e in edges.trails), len(closing))
+    for n, (_, part) in enumerate(opening):
+        events.extend([("text", lead), *part] if n == inner and lead else part)
+    events.append(("text", lead + core if inner == len(opening) else core))
+    for n, (_, part) in enumerate(closing):
+        events.extend([("text", trail), *part] if n == outer and trail else part)
+    if outer == len(closing) and trail:
+        events.append(("text", trail))
 
 
 @dataclass
