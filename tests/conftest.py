@@ -72,8 +72,9 @@ def _stop_the_run(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-for _sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(_sig, _stop_the_run)
+if getattr(signal.getsignal(signal.SIGTERM), "__name__", "") != _stop_the_run.__name__:  # imported once
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_sig, _stop_the_run)
 
 # The handlers the tests start with. nmt installs its own for the signals that stop a command
 # (and SIGHUP in `nmt serve`) and must put them back: a test process left with nmt's SIGTERM

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import sentencepiece
+from conftest import nmt
 
 import nmt_cli.decoding
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.report import Reporter
-from tests.conftest import nmt
 
 PROTOBUF_MODEL = "sentencepiece.sentencepiece_model_pb2"  # sentencepiece's protobuf code
 BROKEN = "cannot import name '_read_lock_file' from 'filelock._soft'"
