@@ -44,6 +44,16 @@ _FORMAT = "expected `source term<TAB>target term`"
 Trie = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Match:
+    """A source term found in a line: its target term, and the characters `start:end` it spans in
+    the line's composed form (NFC), where decoding places the target term."""
+
+    target: str
+    start: int
+    end: int
+
+
 def words(text: str) -> tuple[str, ...]:
     """The words that terms match: runs of word characters and single other non-space characters."""
     return tuple(_WORD.findall(unicodedata.normalize("NFC", text)))
@@ -127,13 +137,19 @@ class Glossary:
     def targets(self, line: str) -> list[str]:
         """The target terms whose source terms `line` holds, in the order they first occur there, each
         once; overlapping terms go to the longest at the leftmost position."""
-        found: dict[str, None] = {}
-        line_words = words(line)
+        return list(dict.fromkeys(match.target for match in self.matches(line)))
+
+    def matches(self, line: str) -> list[Match]:
+        """Each source term `line` holds, in order, with its target term; overlapping terms go to the
+        longest at the leftmost position."""
+        text = unicodedata.normalize("NFC", line)
+        found = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+        matched: list[Match] = []
         start = 0
-        while start < len(line_words):
+        while start < len(found):
             node, end, target = self.trie, start, None
-            for i in range(start, min(len(line_words), start + self.longest)):
-                child = node.get(line_words[i])
+            for i in range(start, min(len(found), start + self.longest)):
+                child = node.get(found[i][0])
                 if child is None:
                     break
                 node = child
@@ -142,6 +158,6 @@ class Glossary:
             if target is None:
                 start += 1
             else:
-                found.setdefault(target)
+                matched.append(Match(target, found[start][1], found[end - 1][2]))
                 start = end
-        return list(found)
+        return matched

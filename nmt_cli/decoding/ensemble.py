@@ -44,16 +44,23 @@ class Batch:
         """`tokens` chosen for each of A sentences as the search stores them: with their links
         (`LINK`) where it aligns, EOS alone as it has no link. `tokens` (A,), one a row of the last
         step (greedy search), or (A, X) continuing each sentence's hypotheses `beams` (A, X)."""
-        if self.alignable is None or self.states[0].attended is None:
+        links = self.attended()
+        if links is None:
             return tokens  # a search that does not align does no work here
-        weights = self.states[0].attended[:, -1]  # (rows, S)
-        allowed = self.alignable.repeat_interleave(weights.shape[0] // self.alignable.shape[0], dim=0)
-        links = weights.masked_fill(~allowed, -1.0).argmax(dim=1)
         a = tokens.shape[0]
         rows = torch.arange(a, device=tokens.device)
         if beams is not None:  # rows of the hypotheses that the tokens continue
-            rows = rows.unsqueeze(1) * (weights.shape[0] // a) + beams
+            rows = rows.unsqueeze(1) * (links.shape[0] // a) + beams
         return torch.where(tokens == EOS_ID, tokens, tokens + links[rows] * LINK)
+
+    def attended(self) -> Tensor | None:
+        """(rows,) the source position (EOS left out) each hypothesis row attended to most at the
+        last step, predicting its next piece; None where the search does not align."""
+        if self.alignable is None or self.states[0].attended is None:
+            return None
+        weights = self.states[0].attended[:, -1]  # (rows, S)
+        allowed = self.alignable.repeat_interleave(weights.shape[0] // self.alignable.shape[0], dim=0)
+        return weights.masked_fill(~allowed, -1.0).argmax(dim=1)
 
     def target_ids(self, ids: Tensor) -> Tensor:
         """Ids of the batch's vocabulary as target ids (the special ids are both)."""

@@ -24,6 +24,7 @@ from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints, Phrases
 from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
+from nmt_cli.decoding.placement import Anchors
 from nmt_cli.decoding.ranking import top_k
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import DecodeSettings
@@ -187,7 +188,8 @@ def beam_search(
     every = 1 if constraints is not None else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, align, max_steps)
+    guided = constraints is not None and constraints.anchors is not None  # placement reads attention
+    batch = ensemble.start(src, 1, vocab, align or guided, max_steps)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids in the batch
@@ -202,7 +204,7 @@ def beam_search(
         row_limit = limit[active].repeat_interleave(r)
         _constrain_length(log_probs, t, row_limit, cfg.min_len, cfg.early_stopping, on_device=every > 1)
         if search is not None:
-            search.restrict(log_probs, active, t + 1 >= row_limit)
+            search.restrict(log_probs, active, t + 1 >= row_limit, batch.attended)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if search is None:
@@ -245,9 +247,10 @@ def beam_search(
 
 def _done(fin: Finished, early_stopping: bool, scores: Tensor, active: Tensor, penalty: float) -> Tensor:
     """Which active sentences are done: K hypotheses finished with early stopping; otherwise, once
-    the best running score (`scores`, (A, K)) at its length cannot beat the worst finished one."""
+    the best running score (`scores`, (A, K)) at its length cannot beat the worst finished one;
+    either way, a sentence with no hypothesis left (a constrained search's, `ConstrainedBeam`)."""
     if early_stopping:
-        return fin.count[active] >= fin.scores.shape[1]
+        return (fin.count[active] >= fin.scores.shape[1]) | scores.isneginf().all(dim=1)
     worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
     return scores.amax(dim=1).double() / penalty <= worst
 
@@ -326,7 +329,32 @@ def translate_batch(
         vocab = constraints.with_pieces(vocab)
     if constraints is None and greedy:
         return greedy_search(ensemble, src, settings, vocab)
-    return beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
+    hypotheses = beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
+    if constraints is not None and constraints.anchors is not None:
+        _search_missed_again(hypotheses, ensemble, src, settings, vocab, constraints)
+    return hypotheses
+
+
+def _search_missed_again(
+    found: list[list[Hypothesis]],
+    ensemble: Ensemble,
+    src: Tensor,
+    settings: DecodeSettings,
+    vocab: Tensor | None,
+    constraints: Constraints,
+) -> None:
+    """A sentence whose hypotheses found no place for a term (`decoding.placement`: their attention
+    never met its source, or each gave it up) ends without it: it is searched again, its phrases
+    free to go anywhere as a line's own are (`found` updated)."""
+    missed = [i for i, best in enumerate(found) if not best or not constraints.met_by(i, best[0].tokens)]
+    if missed:
+        rows = torch.tensor(missed, device=src.device)
+        free = constraints.select(rows).anywhere()
+        again = beam_search(
+            ensemble, src[rows], settings.search, settings.nbest, vocab, free, settings.alignments
+        )
+        for i, sentence in zip(missed, again, strict=True):
+            found[i] = sentence
 
 
 def translate_sentences(
@@ -337,11 +365,15 @@ def translate_sentences(
     shortlist: Shortlist | None = None,
     constraints: list[Phrases] | None = None,
     word_ends: Tensor | None = None,
+    anchors: list[Anchors] | None = None,
+    word_starts: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate source id sequences (without EOS) in length-sorted batches of
     `settings.batch_tokens`; results in input order (`translate_batch`). `constraints`: each
     sentence's target phrases, met in the given order with `settings.ordered_constraints`, each
-    followed by a piece `word_ends` allows (`constraints.restrict`)."""
+    followed by a piece `word_ends` allows (`constraints.restrict`); `anchors`: where each phrase
+    may start (`decoding.placement`), the model's own word there displaced for good where it
+    starts a word (`word_starts`)."""
     if not sentences:
         return []
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -352,8 +384,11 @@ def translate_sentences(
     for idx in make_batches(lengths, lengths, budget, seed=0, epoch=0, shuffle=False):
         src = collate([sentences[i] for i in idx])["src"].to(device)
         phrases = [constraints[i] for i in idx] if constraints is not None else []
+        where = [anchors[i] for i in idx] if anchors is not None else None
         ordered = settings.ordered_constraints
-        batch_constraints = Constraints.of(phrases, ordered, device, word_ends) if any(phrases) else None
+        batch_constraints = (
+            Constraints.of(phrases, ordered, device, word_ends, where, word_starts) if any(phrases) else None
+        )
         hyps = translate_batch(ensemble, src, settings, shortlist, batch_constraints)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h

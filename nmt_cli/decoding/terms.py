@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +30,20 @@ ENDS_A_WORD = ("Po", "Pe", "Pf", "Ps", "Pi", "Pc")
 """The Unicode punctuation categories that may follow a phrase: all but dashes (Pd)."""
 
 
+Span = tuple[int, int]
+"""Characters `start:end` of a line's composed form (NFC): where a glossary's source term stands."""
+
+
 @dataclass(frozen=True)
 class Constrained:
     """A line and the target phrases (piece ids) its translation must contain."""
 
     text: str
     phrases: tuple[tuple[int, ...], ...]
+    spans: tuple[tuple[Span, ...], ...] = ()
+    """For each phrase, where its source term stands in the line (a glossary term: its translation
+    goes there, in the model's own word's place); none for a phrase that may go anywhere (the
+    line's own phrases), and for phrases past the end of `spans`."""
 
     def __len__(self) -> int:  # decoding workers share lines out by length
         return len(self.text)
@@ -47,6 +55,30 @@ def text_of(line: str | Constrained) -> str:
 
 def phrases_of(line: str | Constrained) -> list[list[int]]:
     return [list(p) for p in line.phrases] if isinstance(line, Constrained) else []
+
+
+def anchors_of(line: str | Constrained, encode: Callable[[str], Sized], pieces: int) -> list[tuple[int, ...]]:
+    """For each phrase of `line`, the source pieces where its source term stands, as the search
+    reads them (`decoding.placement`): none for a phrase that may go anywhere. `encode` gives the
+    source pieces of a text; `pieces` is the number of the line's (positions past it were cut
+    off). A term's pieces are those between the pieces of the text before it and of the text up
+    to its end, each text encoded as the line is (`Translator.source_ids`)."""
+    if not isinstance(line, Constrained):
+        return []
+    text = unicodedata.normalize("NFC", line.text).encode("utf-8", "replace").decode("utf-8")
+
+    def encode_part(part: str) -> Sized:
+        part = visible(part).strip()
+        return encode(part) if part else ()
+
+    found = []
+    for spans in line.spans + ((),) * (len(line.phrases) - len(line.spans)):
+        at: set[int] = set()
+        for start, end in spans:
+            first = len(encode_part(text[:start]))
+            at.update(range(first, max(len(encode_part(text[:end])), first + 1)))
+        found.append(tuple(sorted(p for p in at if p < pieces)))
+    return found
 
 
 class ConstraintError(InputError):
@@ -100,14 +132,43 @@ def constrained_lines(
         for phrase in wanted:
             if not isinstance(phrase, str):
                 raise ConstraintError(i, text, f"a constraint is a string, not {type(phrase).__name__}")
-        terms = [t for t in glossary.targets(text) if t not in wanted] if glossary is not None else []
-        if not wanted and not terms:
+        where = _term_spans(glossary, text, wanted)
+        if not wanted and not where:
             out.append(line)
             continue
-        had = line.phrases if isinstance(line, Constrained) else ()
-        phrases = _checked(i, text, list(dict.fromkeys(wanted)), terms, vocabulary)
-        out.append(Constrained(text, tuple(dict.fromkeys(had + phrases))))
+        own = list(dict.fromkeys(wanted))
+        phrases = _checked(i, text, own, list(where), vocabulary)
+        out.append(_merged(line, phrases, [()] * len(own) + list(where.values())))
     return out
+
+
+def _term_spans(glossary: Glossary | None, text: str, wanted: list[str]) -> dict[str, tuple[Span, ...]]:
+    """The target terms of the glossary entries `text` matches, in order, each once, with where
+    their source terms stand; those that are the line's own phrases (`wanted`) left out."""
+    where: dict[str, tuple[Span, ...]] = {}
+    for match in glossary.matches(text) if glossary is not None else []:
+        if match.target not in wanted:
+            where[match.target] = where.get(match.target, ()) + ((match.start, match.end),)
+    return where
+
+
+def _merged(
+    line: str | Constrained, phrases: tuple[tuple[int, ...], ...], spans: list[tuple[Span, ...]]
+) -> Constrained:
+    """`line` with `phrases` (placed at `spans`) after those it has, each phrase once."""
+    had = line.phrases if isinstance(line, Constrained) else ()
+    had_spans = line.spans if isinstance(line, Constrained) else ()
+    had_spans += ((),) * (len(had) - len(had_spans))
+    where: dict[tuple[int, ...], tuple[Span, ...]] = {}
+    for phrase, new in zip(had + phrases, had_spans + tuple(spans), strict=True):
+        if phrase not in where:
+            where[phrase] = new
+        elif where[phrase] and new:  # two source terms with one target term: at either
+            where[phrase] += new
+        else:  # the same pieces as a phrase that may go anywhere: anywhere
+            where[phrase] = ()
+    kept = tuple(where.values())
+    return Constrained(text_of(line), tuple(where), kept if any(kept) else ())
 
 
 def phrase_lists(constraints: object, lines: int) -> list[Any]:
@@ -189,6 +250,22 @@ def word_ends(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor
     and any id past the sentencepiece model's own. None with Moses and BPE, where a phrase ends
     with a word."""
     return _word_ends(tgt, size) if isinstance(tgt, SentencePieceProcessor) else None
+
+
+def word_starts(tgt: SentencePieceProcessor | MosesBpe, size: int) -> torch.Tensor | None:
+    """(size,) True at the target ids that start a word of letters or digits ("▁Fahrrad", not
+    "▁" or "▁-"): the pieces a glossary term placed in the model's word's place displaces. None
+    with Moses and BPE."""
+    return _word_starts(tgt, size) if isinstance(tgt, SentencePieceProcessor) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _word_starts(spm: SentencePieceProcessor, size: int) -> torch.Tensor:
+    starts = torch.zeros(size, dtype=torch.bool)
+    for i in range(min(size, spm.get_piece_size())):
+        piece = spm.id_to_piece(i)
+        starts[i] = piece.startswith("\u2581") and any(ch.isalnum() for ch in piece) and i > EOS_ID
+    return starts
 
 
 @functools.lru_cache(maxsize=8)

@@ -39,7 +39,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import has_letters_or_digits, one_line, visible, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding import arguments, texts
+from nmt_cli.decoding import arguments, terms, texts
 from nmt_cli.decoding.alignment import Alignment, aligned_words
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
@@ -388,6 +388,8 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if len(x) and has_letters_or_digits(text_of(lines[i]))]
         phrases = [phrases_of(lines[i]) for i in todo]
         results = [texts.kept_as_is(text_of(line), settings) for line in lines]
+        size = self.ensemble.models[0].cfg.tgt_vocab_size
+        anchors = [terms.anchors_of(lines[i], self.src_spm.encode, len(ids[i])) for i in todo]
         hyps = translate_sentences(
             self.ensemble,
             [ids[i] for i in todo],
@@ -395,9 +397,9 @@ class Translator:
             self.device,
             shortlist=self.shortlist if settings.search.shortlist else None,
             constraints=phrases if any(phrases) else None,
-            word_ends=word_ends(self.tgt_spm, self.ensemble.models[0].cfg.tgt_vocab_size)
-            if any(phrases)
-            else None,
+            word_ends=word_ends(self.tgt_spm, size) if any(phrases) else None,
+            anchors=anchors if any(map(any, anchors)) else None,
+            word_starts=terms.word_starts(self.tgt_spm, size) if any(phrases) else None,
         )
         for i, sentence in zip(todo, hyps, strict=True):
             found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]

@@ -34,7 +34,8 @@ def test_phrases_become_pieces_and_lines_without_any_stay_strings() -> None:
 def test_glossary_terms_follow_the_lines_own_phrases_each_once() -> None:
     glossary = Glossary.of({"house": "Haus", "dog": "Hund"})
     lines = constrained_lines(["the dog and the house", "a cat"], [["Hund"], []], glossary, vocabulary())
-    assert lines == [Constrained("the dog and the house", ((12,), (10,))), "a cat"]
+    # The own phrase goes anywhere; the glossary term where "house" stands (characters 16:21).
+    assert lines == [Constrained("the dog and the house", ((12,), (10,)), ((), ((16, 21),))), "a cat"]
 
 
 @pytest.mark.parametrize(
