@@ -120,5 +120,6 @@ def test_an_empty_out_directory_is_refused(
         "prepare": ["prepare", "--train", "t", "--valid", "v", "--src", "en", "--tgt", "de", "--out", ""],
     }
     capsys.readouterr()
-    assert "the working directory" in refused(capsys, "-q", *args[command])
+    said = refused(capsys, "-q", *args[command])
+    assert "--out" in said and "the path is empty" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -20,23 +20,7 @@ from nmt_cli.commands import average
 from nmt_cli.errors import NmtError, Terminated
 from nmt_cli.training.signals import StopSignal
 
-CHILD = "NMT_TEST_STOPPED_RUN"  # set in the test run started by the last test below
-
-
-def _blocks_in_a_command(inside: Path, trained_like: bool) -> None:
-    """What `average.run` is replaced with: says it is running, then waits for a stop, plainly or
-    (trained_like) under training's StopSignal, which ends in an NmtError of exit 128 + signal."""
-    inside.touch()
-    if not trained_like:
-        time.sleep(120)
-        return
-    with StopSignal() as stop:
-        deadline = time.monotonic() + 120
-        while stop.received is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-    if stop.received is not None:
-        sig = signal.Signals[stop.received]
-        raise NmtError(f"stopped by {sig.name}", exit_code=128 + sig.value)
+CHILD = "NMT_TEST_STOPPED_RUN"  # set in the test run of stopped_run.py that the last test starts
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -88,19 +72,10 @@ def test_a_stop_raised_without_a_signal_is_not_passed_on(
     assert got == []
 
 
-@pytest.mark.skipif(CHILD not in os.environ, reason="the test run that the next test stops")
-@pytest.mark.parametrize("trained_like", [False, True], ids=["command", "training"])
-def test_block_in_a_command(trained_like: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = Path(os.environ[CHILD])
-    inside = folder / "inside"
-    monkeypatch.setattr(average, "run", lambda *a, **k: _blocks_in_a_command(inside, trained_like))
-    nmt("average", "x.pt", "-o", folder / "avg.pt")
-    (folder / "went-on").touch()  # the run went on after the stop
-
-
 @pytest.mark.parametrize("trained_like", [False, True], ids=["command", "training"])
 def test_kill_term_stops_a_test_run_inside_a_command(trained_like: bool, tmp_path: Path) -> None:
-    test = f"{Path(__file__).resolve()}::test_block_in_a_command[{'training' if trained_like else 'command'}]"
+    child = Path(__file__).with_name("stopped_run.py")  # not test_*: only this test runs it
+    test = f"{child}::test_block_in_a_command[{'training' if trained_like else 'command'}]"
     env = {**subprocess_env(), CHILD: str(tmp_path)}
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
     run = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
