@@ -314,14 +314,15 @@ class ConstrainedBeam:
         anchors = self.constraints.anchors
         self.attended = attended() if anchors is not None else None
         if anchors is not None and self.attended is not None:
-            lost = gave_up(anchors[active], self.progress.met, lengths, log_probs)
+            best = log_probs.argmax(dim=1)
+            lost = gave_up(anchors[active], self.progress.met, lengths, best)
             log_probs.masked_fill_(lost.unsqueeze(1), float("-inf"))
             if self.constraints.word_starts is not None:
                 # Right after a term the attention often still rests on its source, and the model's
                 # likeliest piece is the sentence's next word: the rule waits a step.
                 placed = self.progress.met & ~self.progress.ended.unsqueeze(1)
                 own = own_word_again(
-                    anchors[active], placed, self.attended, log_probs, self.constraints.word_starts
+                    anchors[active], placed, self.attended, best, self.constraints.word_starts
                 )
                 log_probs.scatter_(1, own.unsqueeze(1), float("-inf"))  # PAD where none: already -inf
         restrict(log_probs, self.progress, lengths, at_limit, self.constraints.word_ends)
@@ -332,6 +333,19 @@ class ConstrainedBeam:
         mine = self.constraints.select(active)
         self.chosen = candidates(cand, log_probs, self.progress, mine, k, width, self.attended)
         return self.chosen.scores, self.chosen.beams, self.chosen.tokens
+
+    def settled(self, active: Tensor, finished: Tensor) -> Tensor | bool:
+        """(A,) the sentences with terms placed by their source (`decoding.placement`) that have a
+        translation (`finished`, (A,) how many) and no hypothesis left that holds their phrases:
+        those left could only put a term out of its place. False without such terms."""
+        anchors = self.constraints.anchors
+        if anchors is None:
+            return False
+        lengths = self.constraints.lengths[active]
+        rows = self.progress.met.shape[0] // active.numel()
+        holding = self.progress.all_met(lengths.repeat_interleave(rows, dim=0)).view(-1, rows).any(dim=1)
+        guided = (~anchors[active][:, :, -1] & (lengths > 0)).any(dim=1)
+        return guided & (finished > 0) & ~holding
 
     def may_end_at_limit(self, finished: Tensor, first: Tensor) -> Tensor:
         """(A, M): at the length limit, a candidate ends if it met its phrases; one with a phrase

@@ -89,7 +89,7 @@ def placement(
     their scores of the next piece; `first` (A * R, C): each phrase's first piece."""
     here, anchored = _on_source(anchors, attended)
     top, at = top_k(log_probs, LIKELY)
-    best = at[:, :1]  # (A * R, 1)
+    best = at[:, :1]  # (A * R, 1), the likeliest
     score = log_probs.gather(1, first)
     likely = (score >= top[:, -1:]) & (score >= top[:, :1] - LIKELY_MARGIN)
     displaces = anchored & here & (best != first)
@@ -97,22 +97,21 @@ def placement(
     return Placement(here | likely, torch.where(displaces, best, PAD_ID))
 
 
-def gave_up(anchors: Tensor, met: Tensor, lengths: Tensor, log_probs: Tensor) -> Tensor:
-    """(A * R,) the hypotheses that would end now (EOS their likeliest piece) with a phrase that has
-    anchors unmet; `anchors` (A, C, S + 1) of their sentences, `met` and `lengths` (A * R, C),
-    `log_probs` (A * R, V)."""
+def gave_up(anchors: Tensor, met: Tensor, lengths: Tensor, best: Tensor) -> Tensor:
+    """(A * R,) the hypotheses that would end now (EOS their likeliest piece, `best` (A * R,)) with
+    a phrase that has anchors unmet; `anchors` (A, C, S + 1) of their sentences, `met` and
+    `lengths` (A * R, C)."""
     anchored = ~anchors[:, :, -1].repeat_interleave(met.shape[0] // anchors.shape[0], dim=0)
     waiting = (anchored & ~met & (lengths > 0)).any(dim=1)
-    return waiting & (log_probs.argmax(dim=1) == EOS_ID)
+    return waiting & (best == EOS_ID)
 
 
 def own_word_again(
-    anchors: Tensor, placed: Tensor, attended: Tensor, log_probs: Tensor, word_starts: Tensor
+    anchors: Tensor, placed: Tensor, attended: Tensor, best: Tensor, word_starts: Tensor
 ) -> Tensor:
     """(A * R,) for each hypothesis that attends, now, the source of a term it has `placed` (A * R,
-    C), its likeliest piece where that starts a word (the model's own word for the source term,
-    which would stand beside the term); PAD for the others."""
+    C), its likeliest piece (`best`) where that starts a word (the model's own word for the
+    source term, which would stand beside the term); PAD for the others."""
     here, anchored = _on_source(anchors, attended)
-    best = log_probs.argmax(dim=1)
     again = (here & anchored & placed).any(dim=1) & word_starts[best]
     return torch.where(again, best, PAD_ID)

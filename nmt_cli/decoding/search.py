@@ -228,7 +228,7 @@ def beam_search(
         history = _extended(history, beams, stored.gather(1, keep_cols))
         if search is not None:
             search.keep(keep_cols)
-        done |= _done(fin, cfg.early_stopping, scores, active, penalty) | at_end
+        done |= _done(fin, cfg.early_stopping, scores, active, penalty, search) | at_end
         if (t + 1) % every:  # no pruning at this step: every sentence stays, done or not
             batch.reorder((torch.arange(a, device=device).unsqueeze(1) * r + beams).flatten(), beam=k)
         else:
@@ -245,14 +245,24 @@ def beam_search(
     return _hypotheses(*fin.best(nbest), batch)
 
 
-def _done(fin: Finished, early_stopping: bool, scores: Tensor, active: Tensor, penalty: float) -> Tensor:
+def _done(
+    fin: Finished,
+    early_stopping: bool,
+    scores: Tensor,
+    active: Tensor,
+    penalty: float,
+    search: ConstrainedBeam | None = None,
+) -> Tensor:
     """Which active sentences are done: K hypotheses finished with early stopping; otherwise, once
     the best running score (`scores`, (A, K)) at its length cannot beat the worst finished one;
-    either way, a sentence with no hypothesis left (a constrained search's, `ConstrainedBeam`)."""
+    either way, a sentence with no hypothesis left (a constrained search's, `ConstrainedBeam`),
+    and one whose terms are placed by their source that has a translation and no hypothesis left
+    holding them (`ConstrainedBeam.settled`)."""
+    settled = search.settled(active, fin.count[active]) if search is not None else False
     if early_stopping:
-        return (fin.count[active] >= fin.scores.shape[1]) | scores.isneginf().all(dim=1)
+        return (fin.count[active] >= fin.scores.shape[1]) | scores.isneginf().all(dim=1) | settled
     worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
-    return scores.amax(dim=1).double() / penalty <= worst
+    return (scores.amax(dim=1).double() / penalty <= worst) | settled
 
 
 def _extended(history: Tensor, beams: Tensor, new: Tensor) -> Tensor:
@@ -331,30 +341,19 @@ def translate_batch(
         return greedy_search(ensemble, src, settings, vocab)
     hypotheses = beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
     if constraints is not None and constraints.anchors is not None:
-        _search_missed_again(hypotheses, ensemble, src, settings, vocab, constraints)
-    return hypotheses
-
-
-def _search_missed_again(
-    found: list[list[Hypothesis]],
-    ensemble: Ensemble,
-    src: Tensor,
-    settings: DecodeSettings,
-    vocab: Tensor | None,
-    constraints: Constraints,
-) -> None:
-    """A sentence whose hypotheses found no place for a term (`decoding.placement`: their attention
-    never met its source, or each gave it up) ends without it: it is searched again, its phrases
-    free to go anywhere as a line's own are (`found` updated)."""
-    missed = [i for i, best in enumerate(found) if not best or not constraints.met_by(i, best[0].tokens)]
-    if missed:
-        rows = torch.tensor(missed, device=src.device)
-        free = constraints.select(rows).anywhere()
-        again = beam_search(
-            ensemble, src[rows], settings.search, settings.nbest, vocab, free, settings.alignments
+        # A sentence whose hypotheses found no place for a term (`decoding.placement`) ends without
+        # it: it is searched again, its phrases free to go anywhere as a line's own are.
+        missed = [
+            i for i, hyps in enumerate(hypotheses) if not hyps or not constraints.met_by(i, hyps[0].tokens)
+        ]
+        rows = torch.tensor(missed, dtype=torch.long, device=src.device)
+        anywhere = constraints.select(rows).anywhere()
+        again = (
+            beam_search(ensemble, src[rows], cfg, settings.nbest, vocab, anywhere, align) if missed else []
         )
         for i, sentence in zip(missed, again, strict=True):
-            found[i] = sentence
+            hypotheses[i] = sentence
+    return hypotheses
 
 
 def translate_sentences(

@@ -4,6 +4,8 @@ beside it, and a sentence whose attention never gets there is searched again as 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import TrainedRun, tiny_model
@@ -11,7 +13,7 @@ from conftest import TrainedRun, tiny_model
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.decoding.constraints import Constraints, Progress, restrict
+from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints, Progress, restrict
 from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.placement import Anchors, Placement, gave_up, own_word_again, placement
 from nmt_cli.decoding.search import beam_search, translate_batch
@@ -145,19 +147,33 @@ def test_a_term_begins_on_its_source_or_where_the_model_ranks_it_among_its_likel
 
 def test_a_hypothesis_that_would_end_with_its_term_unplaced_gives_up() -> None:
     lengths, unmet, met = torch.tensor([[1]]), torch.tensor([[False]]), torch.tensor([[True]])
-    assert gave_up(ANCHORS, unmet, lengths, scores(EOS_ID)).tolist() == [True]
-    assert gave_up(ANCHORS, unmet, lengths, scores(15)).tolist() == [False]
-    assert gave_up(ANCHORS, met, lengths, scores(EOS_ID)).tolist() == [False]
+    assert gave_up(ANCHORS, unmet, lengths, torch.tensor([EOS_ID])).tolist() == [True]
+    assert gave_up(ANCHORS, unmet, lengths, torch.tensor([15])).tolist() == [False]
+    assert gave_up(ANCHORS, met, lengths, torch.tensor([EOS_ID])).tolist() == [False]
     free = torch.ones(1, 1, 4, dtype=torch.bool)  # a phrase that may go anywhere: as before
-    assert gave_up(free, unmet, lengths, scores(EOS_ID)).tolist() == [False]
+    assert gave_up(free, unmet, lengths, torch.tensor([EOS_ID])).tolist() == [False]
 
 
 def test_the_models_own_word_is_not_written_where_it_attends_a_placed_terms_source_again() -> None:
     met = torch.tensor([[True]])
-    assert own_word_again(ANCHORS, met, torch.tensor([2]), scores(15), WORDS).tolist() == [15]
-    assert own_word_again(ANCHORS, met, torch.tensor([1]), scores(15), WORDS).tolist() == [PAD_ID]
-    assert own_word_again(ANCHORS, met, torch.tensor([2]), scores(EOS_ID), WORDS).tolist() == [PAD_ID]
-    assert own_word_again(ANCHORS, ~met, torch.tensor([2]), scores(15), WORDS).tolist() == [PAD_ID]
+    assert own_word_again(ANCHORS, met, torch.tensor([2]), torch.tensor([15]), WORDS).tolist() == [15]
+    assert own_word_again(ANCHORS, met, torch.tensor([1]), torch.tensor([15]), WORDS).tolist() == [PAD_ID]
+    assert own_word_again(ANCHORS, met, torch.tensor([2]), torch.tensor([EOS_ID]), WORDS).tolist() == [PAD_ID]
+    assert own_word_again(ANCHORS, ~met, torch.tensor([2]), torch.tensor([15]), WORDS).tolist() == [PAD_ID]
+
+
+def test_a_sentence_with_a_translation_and_no_hypothesis_holding_its_term_is_settled() -> None:
+    # Those left could only put the term out of its place, after wandering on to find it one.
+    anchored = Constraints.of([[[9]], [[9]], [[9]]], False, CPU, anchors=[[(2,)], [(2,)], [()]])
+    beam = ConstrainedBeam(anchored, 6, CPU)  # two hypotheses a sentence
+    beam.progress = dataclasses.replace(
+        beam.progress, met=torch.tensor([[False], [False], [True], [False], [False], [False]])
+    )
+    settled = beam.settled(torch.arange(3), torch.tensor([1, 1, 1]))
+    assert isinstance(settled, torch.Tensor)
+    # The first has none holding it; the second has one; the third's phrase may go anywhere.
+    assert settled.tolist() == [True, False, False]
+    assert beam.settled(torch.arange(3), torch.tensor([0, 0, 0])).tolist() == [False, False, False]
 
 
 def test_a_glossary_term_carries_its_source_pieces_and_a_lines_own_phrase_none() -> None:
