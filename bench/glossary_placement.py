@@ -6,8 +6,9 @@ it ("Velo fährt ein Mann Fahrrad.").
   `constraint_sets.words` cuts them, of 4 letters or more, not a function word of
   `constraint_sets.STOPWORDS`) the English word (lowercased) that co-occurs with it in the
   most sentence pairs relative to both counts (the Dice coefficient, at least 0.1 over at least 3
-  pairs). The German words whose best English word is `e` are `e`'s translations: "Fahrrad",
-  "Fahrrads" and "Rad" for "bike", not "fährt" (whose best English word is "rides").
+  pairs). The German words whose best English word is `e`, and those whose Dice with `e` is 0.3
+  or more, are `e`'s translations: "Fahrrad" (0.50) for "bike" though its best English word is
+  "bicycle", not "fährt" (0.24; its best is "riding").
 - The set: a test line counts when one of its English content words `e` (once in the line, not a
   function word) has a translation `r` in the reference (once, a content word) that the
   unconstrained beam-4 translation lacks, while that translation holds another translation `o` of
@@ -23,11 +24,10 @@ it ("Velo fährt ein Mann Fahrrad.").
 - BLEU of each way on all 1,000 lines (the lines outside the set keep the unconstrained
   translation) and on the set alone; sentences a second of each way on the set (median of 3
   runs, in the same process).
-- Terms foreign to the model, as a user's glossary has them: `bike -> Velo` and `snow ->
-  Pulverschnee` (the words of the report that found terms placed beside the model's word) and
-  `dog -> Vierbeiner`, on every test line that holds the source word once and whose unconstrained
-  translation holds one of its dictionary translations once; judged as above (no BLEU: no
-  reference has these words).
+- Terms foreign to the model, as a user's glossary has them: `bike -> Velo`, `snow ->
+  Pulverschnee` and `dog -> Vierbeiner`, on every test line that holds the source word once and
+  whose unconstrained translation holds one of its dictionary translations once; judged as above
+  (no BLEU: no reference has these words).
 
     .venv/bin/python bench/glossary_placement.py --model avg.pt [--data ../shared/data/multi30k]
 """
@@ -58,6 +58,8 @@ ENGLISH_STOPWORDS = frozenset(
     each while who which what as it they he she them up down out off""".split()
 )
 _TOKEN = re.compile(r"\w+(?:-\w+)*|[^\w\s]")
+STRONG = 0.3
+"""A Dice coefficient that makes a German word a translation of an English word whatever else."""
 EDGE = "\n"
 """What a sentence start or end counts as, beside a word."""
 
@@ -93,11 +95,13 @@ def dictionary(english: list[str], german: list[str]) -> dict[str, set[str]]:
         german_count.update(de_words)
         joint.update((e, g) for e in en_words for g in de_words)
     best: dict[str, tuple[float, str]] = {}
+    translations: dict[str, set[str]] = collections.defaultdict(set)
     for (e, g), n in joint.items():
         dice = 2 * n / (english_count[e] + german_count[g])
         if n >= 3 and dice >= 0.1 and dice > best.get(g, (0.0, ""))[0]:
             best[g] = (dice, e)
-    translations: dict[str, set[str]] = collections.defaultdict(set)
+        if n >= 3 and dice >= STRONG:
+            translations[e].add(g)
     for g, (_, e) in best.items():
         translations[e].add(g)
     return translations

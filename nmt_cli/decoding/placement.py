@@ -36,10 +36,11 @@ LIKELY = 3
 LIKELY_MARGIN = 3.0
 """A term may also begin where its first piece is among the model's `LIKELY` likeliest pieces and
 at least exp(-LIKELY_MARGIN), a twentieth, as likely as the likeliest. On Multi30k
-(bench/glossary_placement.py) 2 pieces lost 0.9 BLEU on the lines with a term against 3, below
-the terms as plain constraints, and 8 placed fewer of the terms the model does not know (93%
-against 95%); without the margin a model sure of its own word (the tests' copy model) put its
-third choice, a term it gave no chance, in the place of another word."""
+(bench/glossary_placement.py, docs/benchmarks.md) 2 pieces lost 1.0 BLEU on the lines with a
+term against 3, below the terms as plain constraints; 8 gained 0.2 BLEU but placed fewer of the
+terms the model does not know (89.9% against 91.3%). Without the margin a model sure of its own
+word (the tests' copy model) put its third choice, a term it gave no chance, in another word's
+place."""
 
 Anchors = list[tuple[int, ...]]
 """One sentence's anchors: for each phrase, the source positions whose attention lets it begin;
