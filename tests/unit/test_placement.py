@@ -5,10 +5,11 @@ beside it, and a sentence whose attention never gets there is searched again as 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import TrainedRun, tiny_model
+from conftest import TrainedRun, nmt, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
@@ -200,6 +201,21 @@ def test_the_term_replaces_the_models_word_in_its_place(trained: TrainedRun) -> 
     assert translator.translate(lines) == lines
     out = translator.translate(lines, glossary=glossary, beam=4)
     assert out == ["apple tiger stone cloud", "green music winter", "silver window friend garden yellow"]
+
+
+def test_nmt_translate_glossary_puts_the_terms_in_place(
+    trained: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, terms = tmp_path / "in.txt", tmp_path / "terms.tsv"
+    source.write_text("green music paper\nsilver window orange garden yellow\n", encoding="utf-8")
+    terms.write_text("paper\twinter\norange\tfriend\n", encoding="utf-8")
+    assert (
+        nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "--glossary", terms, "--beam", 4) == 0
+    )
+    assert capsys.readouterr().out.splitlines() == [
+        "green music winter",
+        "silver window friend garden yellow",
+    ]
 
 
 def test_without_a_glossary_or_with_one_that_matches_nothing_translations_are_unchanged(
