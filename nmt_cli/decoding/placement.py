@@ -16,8 +16,9 @@ next piece (the cross-attention that word alignment reads, `decoding.alignment`)
   term, beside the term ("Velo ... auf ihrem Fahrrad").
 - A hypothesis that would end (EOS its likeliest piece) with a term unmet has written its own
   word for the source term and let the term's place go by: it ends there, unfinished, instead of
-  wandering on until its attention met the source term again. A sentence left without any
-  hypothesis that placed its terms is searched again with the terms free to go anywhere (`search`).
+  wandering on until its attention met the source term again. A sentence with a translation and
+  no hypothesis left that holds its terms is done (`ConstrainedBeam.settled`); one left without
+  any translation is searched again with the terms free to go anywhere (`search`).
 
 A phrase without anchors (a line's own constraint) may begin anywhere and displaces nothing.
 """
