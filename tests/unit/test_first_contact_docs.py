@@ -58,7 +58,7 @@ def test_prepare_sh_checks_its_tools_before_downloading(pair: str, tmp_path: Pat
     # A PATH with the shell's tools and a wget that notes being called, but no nmt or sacrebleu.
     tools = tmp_path / "bin"
     tools.mkdir()
-    for name in ("bash", "mkdir", "tar", "cat", "wc", "gunzip", "nproc", "basename"):
+    for name in ("bash", "mkdir", "tar", "cat", "wc", "zcat", "nproc", "basename", "dirname"):
         found = shutil.which(name)
         if found is not None:
             (tools / name).symlink_to(found)
