@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nmt_cli.serving.refusals import BadRequest
+
 FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
 EXTENSIONS = ("glossary", "constraints", "ordered_constraints")  # nmt's, as its own route takes them
 MAX_ALTERNATIVES = 10
@@ -42,13 +44,9 @@ NAMES = {
 }  # fmt: skip
 
 
-class Refused(Exception):
-    """A request LibreTranslate's clients should see refused: a status and a message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+Refused = BadRequest
+"""A request LibreTranslate's clients should see refused: a status and a message. The class of
+every route's refusals (`refusals.BadRequest`), as every route's are answered alike: {"error": ...}."""
 
 
 @dataclass(frozen=True)
