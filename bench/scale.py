@@ -115,7 +115,8 @@ batches = make_batches(src, tgt, 3125, seed=1, epoch=1)
 pairs = sum(len(b) for b in batches)
 seconds = round(time.monotonic() - start, 1)
 peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
-print(json.dumps({"plan_batches": len(batches), "plan_pairs": pairs, "plan_s": seconds, "plan_peak_gb": peak}))  # noqa: E501
+row = {"plan_batches": len(batches), "plan_pairs": pairs, "plan_s": seconds, "plan_peak_gb": peak}
+print(json.dumps(row))
 """
 
 
