@@ -1,10 +1,11 @@
 """The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
 
 `train()` reads top to bottom: build batches for the epoch, take `update_freq` of them
-(`update_freq` x world size under torchrun, shared out among the processes), accumulate
-gradients normalised by the update's target tokens, step Adam with the schedule's learning
-rate, then log, validate, save and check the stop conditions. With several processes only
-rank 0 logs, validates and saves; `distributed.py` holds the collectives.
+(`update_freq` x world size under torchrun, shared out among the processes), make the update
+(`_Run.update`: accumulate gradients normalised by the update's target tokens, step Adam with
+the schedule's learning rate), check the stop conditions, and at intervals log, validate and
+save (`_Run.at_intervals`). With several processes only rank 0 logs, validates and saves;
+`distributed.py` holds the collectives and `stopping.py` the stop conditions.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from nmt_cli.files import replace_with_link
 from nmt_cli.model import Transformer
 from nmt_cli.recipe import to_dict
 from nmt_cli.report import MetricsLog, Reporter
-from nmt_cli.training import distributed
+from nmt_cli.training import distributed, stopping
 from nmt_cli.training.bookkeeping import Bookkeeping, Progress
 from nmt_cli.training.distributed import World
 from nmt_cli.training.precision import HalfWeights
@@ -70,7 +71,7 @@ class Session:
 
 def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     """Train until a stop condition; returns why it stopped."""
-    cfg, tc, model, world = s.cfg, s.cfg.train, s.model, s.world
+    tc, model, world = s.cfg.train, s.model, s.world
     # The bf16 copy of train.half_weights, or None: Adam updates `model`'s fp32 weights either way.
     half = HalfWeights(model) if tc.half_weights and tc.precision == "bf16" else None
     # Autocast would put the copy's layer norms and residual stream back in fp32.
@@ -80,16 +81,17 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = compiled(net)
     optimizer, scaler, progress = _optimizer_state(s, resume)
-    finished = _finished(tc, progress)
+    finished = stopping.finished(tc, progress)
     if finished:  # the same command run again: no update past the limit, no checkpoint pushed out
         return f"nothing to do: the run {finished} at update {progress.update}; raise it with --set to go on"
     multiple = shape_multiple(tc, s.device)
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
     src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()  # read once: large
-    session_start = time.monotonic()
-    base_seconds, last_save = progress.train_seconds, time.monotonic()
-    reason, lr = "", 0.0
+    run = _Run(
+        s, net, half, precision, optimizer, scaler, progress, book, metrics, tgt_len, progress.train_seconds
+    )
+    reason = ""
     model.train()
     if half is not None:
         half.copy.train()
@@ -100,50 +102,12 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
                 book.epoch_size = len(batches)
                 with Ahead(_updates(s, batches, progress.batch, multiple)) as updates:
                     for group, tensors, idle in updates:
-                        distributed.seed_update(tc.seed, progress.update, world)
-                        loss = accumulate_gradients(
-                            net,
-                            tensors,
-                            tc.label_smoothing,
-                            precision,
-                            scaler,
-                            s.device,
-                            ntokens=distributed.target_tokens(group, tgt_len),
-                            idle=idle,
-                        )
-                        distributed.sum_in_place(loss.sums, world)  # every process skips alike
-                        progress.batch += len(group)
-                        progress.train_seconds = base_seconds + time.monotonic() - session_start
-                        signalled, out_of_time, spent = _agree(stop.received, tc, progress, world, s.device)
-                        lr = learning_rate(
-                            progress.update + 1,
-                            tc.lr_schedule,
-                            cfg.model.d_model,
-                            tc.warmup,
-                            tc.lr_scale,
-                            tc.lr,
-                            spent,
-                        )
-                        if half is not None:
-                            half.to_master()
-                        outcome = apply_update(model, optimizer, scaler, lr, tc.clip_norm, loss.sums[0])
-                        if half is not None:
-                            half.from_master()
-                        book.queue(loss, outcome, lr)  # counted as stepped until settled
-                        reason = _stop_reason(tc, progress, signalled, stop.received, out_of_time)
-                        minutes_due = 0 < tc.save_every_minutes * 60 <= time.monotonic() - last_save
+                        signalled, out_of_time = run.update(group, tensors, idle, stop)
+                        reason = stopping.stop_reason(tc, progress, signalled, stop.received, out_of_time)
+                        minutes_due = run.minutes_due()
                         if not (book.due(reason) or minutes_due):
                             continue
-                        book.settle()  # the update count is exact from here on
-                        reason = _stop_reason(tc, progress, signalled, stop.received, out_of_time)
-                        if world.is_main and book.log_due(tc.log_every_updates):
-                            book.log()
-                        if book.first_time(tc.valid_every_updates, "valid"):
-                            early_stop = _validate(s, metrics, progress) if world.is_main else ""
-                            reason = reason or str(distributed.from_main(early_stop, world))
-                        if world.is_main and (book.first_time(tc.save_every_updates, "save") or minutes_due):
-                            _save(s, model, optimizer, scaler, progress)
-                            last_save = time.monotonic()
+                        reason = run.at_intervals(stop, signalled, out_of_time, minutes_due)
                         if reason:
                             break
                 if progress.batch >= len(batches):
@@ -161,6 +125,80 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
             _save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return f"{reason} at update {progress.update}"
+
+
+@dataclass
+class _Run:
+    """What `train` carries from one update to the next within this session."""
+
+    s: Session
+    net: torch.nn.Module
+    """Runs forward and backward (see `train`); validation and checkpoints use the session's model."""
+    half: HalfWeights | None
+    precision: str
+    optimizer: torch.optim.Adam
+    scaler: torch.amp.GradScaler
+    progress: Progress
+    book: Bookkeeping
+    metrics: MetricsLog
+    tgt_len: np.ndarray
+    base_seconds: float
+    """The run's training time before this session."""
+    session_start: float = field(default_factory=time.monotonic)
+    last_save: float = field(default_factory=time.monotonic)
+
+    def update(
+        self, group: list[np.ndarray], tensors: list[dict], idle: bool, stop: StopSignal
+    ) -> tuple[bool, bool]:
+        """Accumulate the gradients of this process's share of `group`, step Adam at the schedule's
+        learning rate and queue the update's figures. Returns whether any process was signalled
+        and whether any ran out of time."""
+        s, tc, progress = self.s, self.s.cfg.train, self.progress
+        distributed.seed_update(tc.seed, progress.update, s.world)
+        loss = accumulate_gradients(
+            self.net,
+            tensors,
+            tc.label_smoothing,
+            self.precision,
+            self.scaler,
+            s.device,
+            ntokens=distributed.target_tokens(group, self.tgt_len),
+            idle=idle,
+        )
+        distributed.sum_in_place(loss.sums, s.world)  # every process skips alike
+        progress.batch += len(group)
+        progress.train_seconds = self.base_seconds + time.monotonic() - self.session_start
+        signalled, out_of_time, spent = stopping.agree(stop.received, tc, progress, s.world, s.device)
+        lr = learning_rate(
+            progress.update + 1, tc.lr_schedule, s.cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr, spent
+        )
+        if self.half is not None:
+            self.half.to_master()
+        outcome = apply_update(s.model, self.optimizer, self.scaler, lr, tc.clip_norm, loss.sums[0])
+        if self.half is not None:
+            self.half.from_master()
+        self.book.queue(loss, outcome, lr)  # counted as stepped until settled
+        return signalled, out_of_time
+
+    def minutes_due(self) -> bool:
+        """Whether train.save_every_minutes have passed since the last save."""
+        return 0 < self.s.cfg.train.save_every_minutes * 60 <= time.monotonic() - self.last_save
+
+    def at_intervals(self, stop: StopSignal, signalled: bool, out_of_time: bool, minutes_due: bool) -> str:
+        """Settle the queued updates, then log, validate and save where due at the exact count;
+        returns why to stop ("" to go on)."""
+        s, tc, progress, book = self.s, self.s.cfg.train, self.progress, self.book
+        book.settle()  # the update count is exact from here on
+        reason = stopping.stop_reason(tc, progress, signalled, stop.received, out_of_time)
+        if s.world.is_main and book.log_due(tc.log_every_updates):
+            book.log()
+        if book.first_time(tc.valid_every_updates, "valid"):
+            early_stop = _validate(s, self.metrics, progress) if s.world.is_main else ""
+            reason = reason or str(distributed.from_main(early_stop, s.world))
+        if s.world.is_main and (book.first_time(tc.save_every_updates, "save") or minutes_due):
+            _save(s, s.model, self.optimizer, self.scaler, progress)
+            self.last_save = time.monotonic()
+        return reason
 
 
 def compiled(net: torch.nn.Module) -> torch.nn.Module:
@@ -243,59 +281,6 @@ def restore_scaler(scaler: torch.amp.GradScaler, state: dict) -> None:
     resuming it in fp16 starts a fresh scale; one saved by fp16 is ignored by a disabled scaler."""
     if state:
         scaler.load_state_dict(state)
-
-
-def _agree(
-    own_signal: str | None, tc: TrainConfig, progress: Progress, world: World, device: torch.device
-) -> tuple[bool, bool, float]:
-    """Whether any process was signalled or ran out of time, and the share of the budget spent
-    (clocks differ: the processes' mean): one small all-reduce of host values, none on one
-    process, so that all processes stop and set the learning rate alike. Returns (signalled,
-    out of time, spent)."""
-    out_of_time = bool(tc.max_minutes) and progress.train_seconds >= 60 * tc.max_minutes
-    signalled, timed_out, spent = distributed.all_reduce_sum(
-        [
-            float(own_signal is not None),
-            float(out_of_time),
-            budget_spent(tc, progress.update + 1, progress.train_seconds),
-        ],
-        world,
-        device,
-    )
-    return signalled > 0, timed_out > 0, spent / world.size
-
-
-def budget_spent(tc: TrainConfig, update: int, train_seconds: float) -> float:
-    """How much of the run's budget `update` and `train_seconds` use, from 0 to 1: the larger
-    share of max_updates and max_minutes (0 where neither is set)."""
-    by_updates = update / tc.max_updates if tc.max_updates else 0.0
-    by_time = train_seconds / (60 * tc.max_minutes) if tc.max_minutes else 0.0
-    return min(1.0, max(by_updates, by_time))
-
-
-def _finished(tc: TrainConfig, progress: Progress) -> str:
-    """Which limit a resumed run has met already, or ""."""
-    if tc.max_updates and progress.update >= tc.max_updates:
-        return f"reached train.max_updates = {tc.max_updates}"
-    if tc.max_minutes and progress.train_seconds >= 60 * tc.max_minutes:
-        return f"reached train.max_minutes = {tc.max_minutes:g}"
-    if tc.max_epochs and progress.epoch > tc.max_epochs:
-        return f"reached train.max_epochs = {tc.max_epochs}"
-    if tc.patience and progress.best_metric == tc.best_metric and progress.bad_validations >= tc.patience:
-        return f"stopped early (train.patience = {tc.patience})"
-    return ""
-
-
-def _stop_reason(
-    tc: TrainConfig, progress: Progress, signalled: bool, own_signal: str | None, out_of_time: bool
-) -> str:
-    if signalled:
-        return f"stopped by {own_signal or 'a signal to another process'}"
-    if tc.max_updates and progress.update >= tc.max_updates:
-        return f"reached train.max_updates = {tc.max_updates}"
-    if out_of_time:
-        return f"reached train.max_minutes = {tc.max_minutes:g}"
-    return ""
 
 
 def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:

@@ -12,10 +12,11 @@ from nmt_cli.config import ModelConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import PAD_ID
-from nmt_cli.training.loop import accumulate_gradients, budget_spent
+from nmt_cli.training.loop import accumulate_gradients
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.schedule import inverse_sqrt, linear, noam
 from nmt_cli.training.signals import StopSignal
+from nmt_cli.training.stopping import budget_spent
 
 
 def test_label_smoothing_equals_the_dense_reference():
