@@ -30,6 +30,7 @@ from nmt_cli.model.packing import packing_supported
 from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
 from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import batch_fit, distributed, run_directory
+from nmt_cli.training.data_check import load_checked_splits
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import Session, shape_multiple, train
 from nmt_cli.training.run_directory import LAST
@@ -146,13 +147,7 @@ def open_session(
         cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True, joint=joint)
     else:
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
-    if precision is not None:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
-    elif cfg.train.precision == "bf16" and dev.type == "cpu" and world.is_main:
-        cfg = _cpu_bf16_or_fp32(cfg, reporter)
-    # Rank 0 measures its CPU for all: timings differ between processes, and mixed precisions
-    # would train a different model per rank.
-    main_precision = str(distributed.from_main(cfg.train.precision, world))
+    main_precision = _agreed_precision(cfg, precision, dev, world, reporter)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=main_precision))
     cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
     check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
@@ -161,11 +156,7 @@ def open_session(
             "train.packed: a model with model.residual_attention or model.attention_window trains "
             "on padded batches; set train.packed = false"
         )
-    _check_corpus_weights(cfg.train.corpus_weights, meta.corpus_sizes(), data)
-    train_data, valid_data = corpus.load_split(data, "train"), corpus.load_split(data, "valid")
-    for split, pairs in (("train", train_data), ("valid", valid_data)):
-        _check_lengths(split, pairs, cfg.model.max_positions, data)
-    _check_budget(train_data, cfg.train.max_tokens, data)
+    train_data, valid_data = load_checked_splits(data, meta, cfg)
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0
     distributed.check_same(update, "the update to resume from", world)
@@ -174,14 +165,8 @@ def open_session(
         cfg = _fit_batch(cfg, model, train_data, dev, world, reporter)
     if world.is_main:
         _prepare_run_directory(out, cfg, update, _place_in_data(resume))
-    processes = f" x {world.size} processes" if world.distributed else ""
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
-    reporter.info(
-        f"{begun} {out} at update {update}: "
-        f"{count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
-        f"{dev.type}{processes} {cfg.train.precision}, {torch.get_num_threads()} threads, up to "
-        f"{cfg.train.max_tokens * cfg.train.update_freq * world.size:,} tokens per update"
-    )
+    reporter.info(f"{begun} {out} at update {update}: {_summary(cfg, model, len(train_data), dev, world)}")
     session = Session(
         model=model,
         cfg=cfg,
@@ -199,6 +184,31 @@ def open_session(
         initial_optimizer=optimizer_state,
     )
     return session, resume
+
+
+def _agreed_precision(
+    cfg: RunConfig, precision: str | None, dev: torch.device, world: World, reporter: Reporter
+) -> str:
+    """The train.precision of every process: --precision `precision` where given, else the
+    recipe's, which on a CPU rank 0 may turn from bf16 to fp32 (`_cpu_bf16_or_fp32`)."""
+    if precision is not None:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision))
+    elif cfg.train.precision == "bf16" and dev.type == "cpu" and world.is_main:
+        cfg = _cpu_bf16_or_fp32(cfg, reporter)
+    # Rank 0 measures its CPU for all: timings differ between processes, and mixed precisions
+    # would train a different model per rank.
+    return str(distributed.from_main(cfg.train.precision, world))
+
+
+def _summary(cfg: RunConfig, model: Transformer, pairs: int, dev: torch.device, world: World) -> str:
+    """What the session trains with, for its first line: the model's size, the data, the device
+    and precision, and the most tokens an update takes."""
+    processes = f" x {world.size} processes" if world.distributed else ""
+    return (
+        f"{count_parameters(model):,} parameters, {pairs:,} training pairs, "
+        f"{dev.type}{processes} {cfg.train.precision}, {torch.get_num_threads()} threads, up to "
+        f"{cfg.train.max_tokens * cfg.train.update_freq * world.size:,} tokens per update"
+    )
 
 
 def _fit_batch(
@@ -259,49 +269,6 @@ def _checkpoints(
         reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
     init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
     return resume, init
-
-
-def _check_lengths(split: str, pairs: corpus.ParallelSplit, max_positions: int, data: Path) -> None:
-    """Every sentence must fit the model's positions with its EOS (or BOS): checked at the start,
-    not found at the first validation after hours of training."""
-    for side in (pairs.src, pairs.tgt):
-        lengths = side.lengths()
-        if len(lengths) and int(lengths.max()) + 1 > max_positions:
-            line, longest = int(lengths.argmax()) + 1, int(lengths.max())
-            fix = f"prepare it with --max-len {max_positions - 1}" if split == "train" else "shorten it"
-            # Lengths are held in uint16, capped at corpus.MAX_LENGTH: a longer sentence shows as that.
-            count = f"at least {longest:,}" if longest >= corpus.MAX_LENGTH else f"{longest:,}"
-            raise InputError(
-                f"--data {data}: {split} sentence {line:,} has {count} pieces, more than the "
-                f"{max_positions - 1:,} that model.max_positions = {max_positions} holds with EOS; raise "
-                f"model.max_positions or {fix}"
-            )
-
-
-def _check_budget(pairs: corpus.ParallelSplit, max_tokens: int, data: Path) -> None:
-    """Some training pair must fit in a batch (its longer side with EOS or BOS): found here, before
-    the run directory is made, not by the first batch."""
-    if not len(pairs):
-        return
-    shortest = int(np.maximum(pairs.src.lengths(), pairs.tgt.lengths()).min()) + 1
-    if shortest > max_tokens:
-        raise InputError(
-            f"train.max_tokens = {max_tokens}: no training pair of --data {data} fits in a batch (the "
-            f"shortest needs {shortest} tokens); raise train.max_tokens"
-        )
-
-
-def _check_corpus_weights(weights: list[float], corpus_sizes: list[int], data: Path) -> None:
-    if weights and len(weights) != len(corpus_sizes):
-        raise InputError(
-            f"train.corpus_weights has {len(weights)} weights but --data {data} has {len(corpus_sizes)} "
-            "training corpora; give one weight per `nmt prepare --train`, in that order"
-        )
-    if any(w > 0 and n == 0 for w, n in zip(weights, corpus_sizes, strict=False)):
-        raise InputError(
-            f"train.corpus_weights gives a share to a corpus of --data {data} that kept no pairs; "
-            "set its weight to 0"
-        )
 
 
 def _place_in_data(resume: checkpoint.Checkpoint | None) -> tuple[int, int]:
