@@ -21,8 +21,8 @@ import torch
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.search import Hypothesis, translate_sentences
-from nmt_cli.decoding.settings import resolve
-from nmt_cli.decoding.translator import load_translator
+from nmt_cli.decoding.settings import DecodeSettings, resolve
+from nmt_cli.decoding.translator import Translator, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.figures import new_figure, require_matplotlib, save_figure
@@ -89,6 +89,35 @@ def _check_out_dir(out_dir: Path) -> None:
             return
 
 
+def _refuse_earlier_pictures(out_dir: Path, picture_format: str) -> None:
+    """Refuse an --out-dir that holds pictures in this format from an earlier run: they would be
+    mixed with this run's, or be in the way."""
+    earlier = (
+        sorted(p.name for p in out_dir.glob(f"attention_*.{picture_format}")) if out_dir.is_dir() else []
+    )
+    if earlier:
+        shown = ", ".join(earlier[:2]) + (", ..." if len(earlier) > 2 else "")
+        raise InputError(
+            f"--out-dir {out_dir}: holds pictures of an earlier run ({shown}); choose another directory "
+            "or move them"
+        )
+
+
+def _best_hypotheses(
+    translator: Translator, sources: list[list[int]], settings: DecodeSettings, dev: torch.device
+) -> dict[int, Hypothesis]:
+    """The best hypothesis of each source by its index; empty sources and those without one are left out."""
+    todo = [i for i, ids in enumerate(sources) if ids]
+    with autocast(dev, "fp32"):
+        found = translate_sentences(
+            translator.ensemble,
+            [np.asarray(sources[i], dtype=np.int64) for i in todo],
+            settings,
+            dev,
+        )
+    return {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}
+
+
 def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quiet: bool = False) -> None:
     """Translate `job.input_path` (stdin) to stdout, then draw each translation's attention into
     `job.out_dir`."""
@@ -101,16 +130,7 @@ def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quie
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     _check_out_dir(out_dir)
-    # Pictures in this format from an earlier run would be mixed with this run's, or be in the way.
-    earlier = (
-        sorted(p.name for p in out_dir.glob(f"attention_*.{job.picture_format}")) if out_dir.is_dir() else []
-    )
-    if earlier:
-        shown = ", ".join(earlier[:2]) + (", ..." if len(earlier) > 2 else "")
-        raise InputError(
-            f"--out-dir {out_dir}: holds pictures of an earlier run ({shown}); choose another directory "
-            "or move them"
-        )
+    _refuse_earlier_pictures(out_dir, job.picture_format)
     configure_cpu(runtime.threads)
     dev = resolve_device(runtime.device)
     # Attention pictures are drawn from an fp32 pass, whatever precision translation could use.
@@ -121,15 +141,7 @@ def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quie
     source = input_path if input_path is not None else sys.stdin.buffer
     lines = read_lines(source, str(input_path or "stdin"), errors="replace", nul=" ")  # as translate reads
     sources = [translator.source_ids(line).tolist() for line in lines]
-    todo = [i for i, ids in enumerate(sources) if ids]
-    with autocast(dev, "fp32"):
-        found = translate_sentences(
-            translator.ensemble,
-            [np.asarray(sources[i], dtype=np.int64) for i in todo],
-            settings,
-            dev,
-        )
-    best: dict[int, Hypothesis] = {i: hyps[0] for i, hyps in zip(todo, found, strict=True) if hyps}
+    best = _best_hypotheses(translator, sources, settings, dev)
     for i in range(len(lines)):
         print(one_line(translator.tgt_spm.decode(best[i].tokens)) if i in best else "")
     sys.stdout.flush()

@@ -37,23 +37,7 @@ def run(
     path = _local(source, reporter)
     output_target(output, "--output")  # before the work: a directory or a missing parent is refused
     not_an_input(output, _inputs(path), "--output")
-    try:
-        imported = read(path, given)
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        ZeroDivisionError,
-        RuntimeError,
-        UnicodeError,
-    ) as err:
-        # A foreign model's files that contradict each other (a tensor of another size than its
-        # settings say, a setting of the wrong type) fail wherever the reader meets them.
-        first = (str(err).strip().splitlines() or [""])[0][:300]
-        raise InputError(
-            f"{path}: cannot import: its files do not fit together ({type(err).__name__}: {first})"
-        ) from None
+    imported = _read_fitting(path, given)
     config = recipe.to_dict(RunConfig(model=imported.model, decode=imported.decode))
     try:  # the checks every command makes of a checkpoint's settings, made before it is written
         recipe.from_dict(config, f"{path}: the model's settings:")
@@ -87,6 +71,27 @@ def run(
         f"{cfg.decoder_layers} layers, d_model {cfg.d_model}, vocabulary {cfg.src_vocab_size}/"
         f"{cfg.tgt_vocab_size}) into {output}"
     )
+
+
+def _read_fitting(path: Path, languages: tuple[str, str] | None) -> Imported:
+    """`read`, with a model whose files do not fit together refused as an InputError."""
+    try:
+        return read(path, languages)
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        ZeroDivisionError,
+        RuntimeError,
+        UnicodeError,
+    ) as err:
+        # A foreign model's files that contradict each other (a tensor of another size than its
+        # settings say, a setting of the wrong type) fail wherever the reader meets them.
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise InputError(
+            f"{path}: cannot import: its files do not fit together ({type(err).__name__}: {first})"
+        ) from None
 
 
 def check_weights(imported: Imported, path: Path) -> None:

@@ -45,7 +45,37 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     reporter = Reporter(quiet)
     src, tgt, out, workers = cfg.src, cfg.tgt, Path(cfg.out), cfg.workers
     not_the_working_directory(out, "--out")
-    # The options that decide the corpus's content; with the inputs, they make its fingerprint.
+    options = _content_options(cfg)
+    _check_options(cfg)
+    models = _use_given_vocabulary(cfg, options)
+    sources = _count_sources(cfg)
+    created = corpus.check_out_dir(out)
+    corpus_owner.refuse_foreign(out)
+    fingerprint = corpus.fingerprint({"train": sum(sources.corpora, ()), **sources.inputs}, options)
+    meta = corpus.find_reusable(out, fingerprint)
+    if meta is not None:
+        reporter.info(f"reusing {out}: inputs and options unchanged since it was prepared")
+        _summary(reporter, meta)
+        return
+    started = time.monotonic()
+    staging = _start(out, created)
+    try:
+        meta = _prepare(staging, sources, models, src, tgt, options, workers, reporter)
+        meta.fingerprint = fingerprint
+        corpus.publish(staging, out, meta)
+    except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
+        corpus.discard_staging(staging)
+        corpus.remove_created(out, created)
+        explained = _explained(err, out)
+        if explained is None:
+            raise
+        raise explained from None
+    reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
+    _summary(reporter, meta)
+
+
+def _content_options(cfg: PrepareConfig) -> dict:
+    """The options that decide the corpus's content; with the inputs, they make its fingerprint."""
     options = dict(
         vocab_size=cfg.vocab_size,
         joint=cfg.joint,
@@ -60,16 +90,26 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     )
     # Only when given, so that corpora prepared before these options existed are still reused.
     options.update({k: list(v) for k, v in (("train_tags", cfg.train_tags), ("reserve", cfg.reserve)) if v})
-    _check_options(cfg)
-    models, tokenizers = (
-        vocabulary.existing_models(Path(cfg.spm_from), src, tgt) if cfg.spm_from is not None else (None, None)
-    )
-    if models is not None:  # the vocabulary is given: its checksums replace the options that learn one
-        sizes = [spm.load_processor(m).get_piece_size() for m in models]
-        options.update(vocab_size=max(sizes), joint=models[0] == models[1], spm_from=str(cfg.spm_from))
-        options["spm_sha256"] = [spm.sha256(m) for m in models]
+    return options
+
+
+def _use_given_vocabulary(cfg: PrepareConfig, options: dict) -> tuple[bytes, bytes] | None:
+    """The models of --spm-from, None without it. Their checksums replace in `options` the options
+    that learn a vocabulary."""
+    if cfg.spm_from is None:
+        return None
+    models, tokenizers = vocabulary.existing_models(Path(cfg.spm_from), cfg.src, cfg.tgt)
+    sizes = [spm.load_processor(m).get_piece_size() for m in models]
+    options.update(vocab_size=max(sizes), joint=models[0] == models[1], spm_from=str(cfg.spm_from))
+    options["spm_sha256"] = [spm.sha256(m) for m in models]
     if tokenizers:  # the text is read as that model reads it; train copies them into its checkpoints
         options["tokenizers"] = tokenizers
+    return models
+
+
+def _count_sources(cfg: PrepareConfig) -> Sources:
+    """Each input's pair of files, checked and counted: valid and test, then the training corpora."""
+    src, tgt = cfg.src, cfg.tgt
     corpora = [(Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for p in cfg.train]
     inputs = {
         split: (Path(f"{p}.{src}"), Path(f"{p}.{tgt}"))
@@ -78,38 +118,7 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     }
     lines = {split: _count_pairs(split, *paths) for split, paths in inputs.items()}
     corpus_lines = [_count_pairs("train", *paths) for paths in corpora]
-    created = corpus.check_out_dir(out)
-    corpus_owner.refuse_foreign(out)
-    fingerprint = corpus.fingerprint({"train": sum(corpora, ()), **inputs}, options)
-    meta = corpus.find_reusable(out, fingerprint)
-    if meta is not None:
-        reporter.info(f"reusing {out}: inputs and options unchanged since it was prepared")
-        _summary(reporter, meta)
-        return
-    started = time.monotonic()
-    staging = _start(out, created)
-    try:
-        meta = _prepare(
-            staging,
-            Sources(corpora, corpus_lines, inputs, lines),
-            models,
-            src,
-            tgt,
-            options,
-            workers,
-            reporter,
-        )
-        meta.fingerprint = fingerprint
-        corpus.publish(staging, out, meta)
-    except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
-        corpus.discard_staging(staging)
-        corpus.remove_created(out, created)
-        explained = _explained(err, out)
-        if explained is None:
-            raise
-        raise explained from None
-    reporter.info(f"prepared {out} in {time.monotonic() - started:.1f}s")
-    _summary(reporter, meta)
+    return Sources(corpora, corpus_lines, inputs, lines)
 
 
 def _explained(err: BaseException, out: Path) -> RunFailure | None:
@@ -214,12 +223,7 @@ def _prepare(
     if models is None:
         reserved = list(dict.fromkeys(t for t in (*options.get("reserve", []), *tags) if t))
         models = vocabulary.learn(sources.corpora, sources.corpus_lines, options, reserved, reporter)
-    if models[0] == models[1]:
-        names = {"src": "spm.model", "tgt": "spm.model"}
-    else:
-        names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
-    for side, model in zip(("src", "tgt"), models, strict=True):
-        (staging / names[side]).write_bytes(model)
+    names = _write_models(staging, models, src, tgt)
     tokenizers = options.get("tokenizers")
     src_processor = spm.processors({"src": models[0], "tgt": models[1]}, tokenizers)[0]
     vocabulary.check_tags(src_processor, [*tags, *options.get("reserve", [])], options.get("spm_from"))
@@ -271,6 +275,18 @@ def _prepare(
         nmt_version=__version__,
         corpora=corpora,
     )
+
+
+def _write_models(staging: Path, models: tuple[bytes, bytes], src: str, tgt: str) -> dict[str, str]:
+    """Write the sentencepiece models into `staging`, one file when they are the same; returns
+    each side's file name."""
+    if models[0] == models[1]:
+        names = {"src": "spm.model", "tgt": "spm.model"}
+    else:
+        names = {"src": f"spm.{src}.model", "tgt": f"spm.{tgt}.model"}
+    for side, model in zip(("src", "tgt"), models, strict=True):
+        (staging / names[side]).write_bytes(model)
+    return names
 
 
 def _report_filtered(train_pairs: int, flagged: dict[str, dict[str, int]], reporter: Reporter) -> None:

@@ -227,26 +227,28 @@ def _tokenization(folder: Path, path: Path) -> tuple[bytes, str | None]:
     )
 
 
+# Options that change the architecture, off (None, False or 0) in the models nmt can hold;
+# layers_to_keep prunes a LayerDrop model at load, which the import does not do.
+REFUSED = (
+    "adaptive_softmax_cutoff",
+    "adaptive_input",
+    "layernorm_embedding",
+    "no_token_positional_embeddings",
+    "cross_self_attention",
+    "no_cross_attention",
+    "encoder_layers_to_keep",
+    "decoder_layers_to_keep",
+)
+
+
 def _config(args: dict[str, Any], path: Path, src_size: int, tgt_size: int) -> ModelConfig:
     def arg(name: str, default: Any = None) -> Any:
         return args.get(name, default)
 
-    # Options that change the architecture, off (None, False or 0) in the models nmt can hold;
-    # layers_to_keep prunes a LayerDrop model at load, which the import does not do.
-    refused = (
-        "adaptive_softmax_cutoff",
-        "adaptive_input",
-        "layernorm_embedding",
-        "no_token_positional_embeddings",
-        "cross_self_attention",
-        "no_cross_attention",
-        "encoder_layers_to_keep",
-        "decoder_layers_to_keep",
-    )
     # Every setting nmt cannot hold, in one message (as CTranslate2's converters report them).
     problems = [
         f"fairseq's {name} = {arg(name)!r} has no counterpart in nmt's model"
-        for name in refused
+        for name in REFUSED
         if arg(name) not in (None, False, 0, "")
     ]
     d = int(arg("encoder_embed_dim", 512))

@@ -80,6 +80,22 @@ def read(folder: Path) -> Imported:
         "src": renumbered_model(source_spm, src.pieces, f"{folder / 'source.spm'}", ""),
         "tgt": renumbered_model(target_spm, tgt.pieces, f"{folder / 'target.spm'}", ""),
     }
+    decode = _decode(folder, config)
+    languages = _languages(folder, tokenizer)
+    # Multilingual models: a leading >>xx<< picks the target language, as MarianTokenizer reads it.
+    coded = any(LanguageCodes.CODE.fullmatch(piece) for piece in src_ids)
+    tokenizers = {"src": {"kind": LANGUAGE_CODES}} if coded else None
+    origin = {
+        "toolkit": "marian",
+        "path": str(folder.resolve()),
+        "name": str(config.get("_name_or_path", "")),
+    }
+    return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
+
+
+def _decode(folder: Path, config: dict[str, Any]) -> DecodeConfig:
+    """The search transformers' generate makes with the model: its beam, length penalty and length
+    limit, from generation_config.json and config.json."""
     generation = (
         _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
     )
@@ -95,7 +111,7 @@ def read(folder: Path) -> Imported:
             "it, which leaves no room for a translation; nmt needs at least 3"
         )
     # generate's max_length counts the start token: max_length - 1 generated, </s> included.
-    decode = DecodeConfig(
+    return DecodeConfig(
         beam=int(settings.get("num_beams") or 4),
         lenpen=float(settings.get("length_penalty", 1.0)),
         lenpen_style="fairseq",
@@ -105,16 +121,6 @@ def read(folder: Path) -> Imported:
         # Unset in OPUS-MT's configs: generate then searches on while a hypothesis could improve.
         early_stopping=settings.get("early_stopping") is True,
     )
-    languages = _languages(folder, tokenizer)
-    # Multilingual models: a leading >>xx<< picks the target language, as MarianTokenizer reads it.
-    coded = any(LanguageCodes.CODE.fullmatch(piece) for piece in src_ids)
-    tokenizers = {"src": {"kind": LANGUAGE_CODES}} if coded else None
-    origin = {
-        "toolkit": "marian",
-        "path": str(folder.resolve()),
-        "name": str(config.get("_name_or_path", "")),
-    }
-    return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
 
 
 def _json(path: Path) -> dict[str, Any]:
