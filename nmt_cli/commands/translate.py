@@ -9,15 +9,12 @@ Each buffer's output is written and flushed before the next buffer is read.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
-import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from nmt_cli import line_output
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.arriving import arriving_lines, first_lines, stdin_bytes, whole_text
 from nmt_cli.data.glossary import Glossary
@@ -29,16 +26,8 @@ from nmt_cli.decoding.terms import ConstraintError
 from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
-from nmt_cli.errors import InputError, NmtError, RunFailure, describe, optional_import_failure
-from nmt_cli.files import (
-    fsync_directory,
-    line_count,
-    not_an_input,
-    open_in_place,
-    output_target,
-    partial_path,
-    to_terminal,
-)
+from nmt_cli.errors import InputError, optional_import_failure
+from nmt_cli.files import line_count, not_an_input, output_target, to_terminal
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
 
@@ -47,8 +36,6 @@ Translate = Callable[[list[str]], list[Result]]
 FORMATS = ("text", "html", "html-document")
 SCANNED_LINES = 1_000
 """Lines of a file that `--format html` reads before it decides whether the file is a page."""
-Write = Callable[..., None]
-"""`_translate_stream` with its input and settings bound: (output stream, flushed callback)."""
 
 
 def run(
@@ -86,7 +73,7 @@ def run(
         inputs = [*models, *(p for p in (input_path, job.glossary) if p is not None)]
         not_an_input(output_path, inputs, "--output")
         if not destination[1]:
-            _partial_not_in_the_way(output_path, destination[0])
+            line_output.partial_not_in_the_way(output_path, destination[0])
     # A bar on a terminal, lines in a log; none where the translations themselves are on screen.
     shown = (reporter.bars_enabled or reporter.lines_enabled) and not to_terminal(output_path)
     total = line_count(input_path) if shown and input_path is not None else None
@@ -99,34 +86,12 @@ def run(
     source = input_path.open("rb") if input_path is not None else stdin_bytes()
     name = str(input_path) if input_path is not None else "stdin"
     translator.start_workers(workers)
-    translate = _translate_call(translator, settings, job)
     emptied = collections.Counter[str]()  # "lines": non-empty input lines translated to nothing
     bar = reporter.bar("translating", total=total, unit=" lines") if shown else None
-    html = job.text_format != "text"
-    write = functools.partial(
-        _translate_stream,
-        translate,
-        source,
-        name,
-        buffer_size=job.buffer_size,
-        nbest=nbest,
-        emptied=emptied,
-        whole_lines=job.constraints or not (job.split_sentences or html),
-        progress=bar.update if bar is not None else None,
-        warn=reporter.warn,
-        untranslated=html_shape.words_lost if html else _untranslated,
-        check_line=html_shape.unbalanced if html else None,
-    )
-    if html and _reads_as_page(job, source, name, reporter):
-        page = functools.partial(translator.translate_markup, settings=settings, documents=True)
-        write = functools.partial(_translate_page, page, source, name, progress=write.keywords["progress"])
+    progress = bar.update if bar is not None else None
+    write = _writer(job, translator, settings, source, name, emptied, progress, reporter)
     try:
-        if output_path is None or destination is None:
-            write(sys.stdout)
-        elif destination[1]:  # a FIFO or a device: written in place, as stdout would be
-            _translate_to_stream(write, output_path, destination[0])
-        else:
-            _translate_to_file(write, output_path, destination[0])
+        line_output.write_lines(write, output_path, destination)
     finally:
         if bar is not None:
             bar.close()
@@ -134,16 +99,6 @@ def run(
         if input_path is not None:
             source.close()
     _warn_after(reporter, emptied["lines"], translator)
-
-
-def _partial_not_in_the_way(output_path: Path, target: Path) -> None:
-    """Refuse, before the model is loaded, to start where TARGET.partial already is: most likely
-    the lines an earlier run kept when it stopped, never overwritten."""
-    partial = partial_path(target)
-    if partial.is_symlink() or partial.exists():
-        raise InputError(
-            f"--output {output_path}: {partial} is in the way (lines an earlier run kept?); move it"
-        )
 
 
 def _check_options(job: TranslateJob) -> None:
@@ -169,6 +124,39 @@ def _check_options(job: TranslateJob) -> None:
         )
     if job.ordered_constraints and not job.constraints:
         raise InputError("--ordered-constraints: goes with --constraints, whose phrases it orders")
+
+
+def _writer(
+    job: TranslateJob,
+    translator: Translator,
+    settings: DecodeSettings,
+    source: BinaryIO,
+    name: str,
+    emptied: collections.Counter[str],
+    progress: Callable[[int], object] | None,
+    reporter: Reporter,
+) -> line_output.Write:
+    """How the input becomes output: buffer by buffer (`_translate_stream`), or as one HTML
+    document where it reads as a page (`_translate_page`)."""
+    html = job.text_format != "text"
+    write = functools.partial(
+        _translate_stream,
+        _translate_call(translator, settings, job),
+        source,
+        name,
+        buffer_size=job.buffer_size,
+        nbest=job.nbest,
+        emptied=emptied,
+        whole_lines=job.constraints or not (job.split_sentences or html),
+        progress=progress,
+        warn=reporter.warn,
+        untranslated=html_shape.words_lost if html else _untranslated,
+        check_line=html_shape.unbalanced if html else None,
+    )
+    if html and _reads_as_page(job, source, name, reporter):
+        page = functools.partial(translator.translate_markup, settings=settings, documents=True)
+        return functools.partial(_translate_page, page, source, name, progress=progress)
+    return write
 
 
 def _translate_call(translator: Translator, settings: DecodeSettings, job: TranslateJob) -> Translate:
@@ -205,83 +193,6 @@ def _html_results(translator: Translator, settings: DecodeSettings, fragments: l
         Result([(text.translate(HTML_ONE_LINE), 0.0)])
         for text in translator.translate_markup(fragments, settings)
     ]
-
-
-def _translate_to_stream(write: Write, output_path: Path, target: Path) -> None:
-    """Write to a FIFO or a character device in place, buffer by buffer; a write error (/dev/full)
-    is a failure that says how many lines went out."""
-    done = 0
-
-    def flushed(lines: int) -> None:
-        nonlocal done
-        done = lines
-
-    try:
-        with open_in_place(target) as out:
-            write(out, flushed)
-    except OSError as err:
-        raise RunFailure(
-            f"--output {output_path}: cannot write ({err.strerror or err}); stopped after {done:,} lines"
-        ) from None
-
-
-def _translate_to_file(write: Write, output_path: Path, target: Path) -> None:
-    """Write to TARGET.partial, one flushed buffer at a time, and rename it to TARGET at the end
-    (TARGET is OUTPUT, or the file a link named OUTPUT points to: the link stays).
-
-    TARGET itself is never touched before the run succeeds. On any failure, Ctrl-C included, the
-    buffers finished so far stay in TARGET.partial (cut back to the last complete buffer) and the
-    error says how many input lines they cover, so that hours of work are not thrown away.
-    """
-    partial = partial_path(target)
-    _partial_not_in_the_way(output_path, target)  # again: another run may have made one since
-    done = 0  # input lines whose output is written and flushed to `partial`
-    size = 0  # the length of `partial` at that point
-    try:
-        out = partial.open("x", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"--output {output_path}: cannot write {partial} ({err.strerror or err})") from None
-
-    def flushed(lines: int) -> None:
-        nonlocal done, size
-        done, size = lines, os.fstat(out.fileno()).st_size
-
-    try:
-        write(out, flushed)
-        out.flush()
-        os.fsync(out.fileno())  # the renamed file must hold its lines after a power loss too
-        out.close()
-        os.replace(partial, target)
-        fsync_directory(target.parent)
-    except BaseException as err:
-        # Closing flushes whatever part of an unfinished buffer was pending; cutting the file back
-        # leaves only complete buffers, so that it holds exactly the lines the error counts. Both
-        # are suppressed: a full disk fails them too, and that must not replace the error itself.
-        with contextlib.suppress(OSError):
-            out.close()
-        with contextlib.suppress(OSError):
-            os.truncate(partial, size)
-        if done == 0:  # nothing worth keeping
-            with contextlib.suppress(OSError):
-                partial.unlink()
-        stopped = _stopped(err, output_path, partial, done)
-        if stopped is None:
-            raise
-        raise stopped from err
-
-
-def _stopped(err: BaseException, output_path: Path, partial: Path, done: int) -> NmtError | None:
-    """The one-line error for `err` that also says what `partial` keeps, with the exit code the
-    same error gets without a partial file; None: re-raise `err` as it is."""
-    kept = f"after {done:,} lines; they are in {partial}" if done else "before the first line was written"
-    where = f"--output {output_path}"
-    if isinstance(err, OSError):  # writing the output failed: a full disk, a failing device
-        return RunFailure(f"{where}: cannot write ({err.strerror or err}); stopped {kept}")
-    described = describe(err)
-    if described is None:
-        return None
-    message, code = described
-    return NmtError(f"{message}; {where}: stopped {kept}", exit_code=code)
 
 
 ONE_LINE = dict.fromkeys(map(ord, "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), " ")
