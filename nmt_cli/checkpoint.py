@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +153,20 @@ class Checkpoint:
 
 def numbered_name(update: int) -> str:
     return f"checkpoint_{update}.pt"
+
+
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def numbered_weights(
+    weights: dict[str, torch.Tensor], kept_in: str, precision: str
+) -> dict[str, torch.Tensor]:
+    """The weights a numbered checkpoint keeps: as they are (`kept_in` "fp32"), or with
+    `kept_in` "train" the floating ones in the training `precision` (bf16, fp16: half the disk)."""
+    half = HALF.get(precision) if kept_in == "train" else None
+    if half is None:
+        return weights
+    return {name: t.to(half) if t.is_floating_point() else t for name, t in weights.items()}
 
 
 def save(ckpt: Checkpoint, path: Path, name: str = "checkpoint") -> None:
@@ -302,38 +315,6 @@ def prune(checkpoint_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average(paths: list[Path], progress: Callable[[list[Path]], Iterable[Path]] = iter) -> Checkpoint:
-    """A checkpoint whose parameters are the elementwise mean of those in `paths`, accumulated in fp32.
-
-    Loads one checkpoint at a time (memory: the sum plus one checkpoint), the second on through
-    `progress` (a reporter's bar: seconds each for a large model). Refuses checkpoints
-    whose model configuration, sentencepiece models, tokenizers or parameter shapes differ, naming
-    the first difference. The result carries no optimizer state and lists its sources.
-    """
-    first = load(paths[0])
-    total = {name: t.float().clone() for name, t in first.model.items()}
-    sources = [{"path": str(paths[0]), "update": first.update}]
-    direction = one_direction(None, first, paths[0], "average")
-    for path in progress(paths[1:]):
-        ckpt = load(path)
-        _check_compatible(first, paths[0], ckpt, path)
-        direction = one_direction(direction, ckpt, path, "average")
-        for name, tensor in ckpt.model.items():
-            total[name] += tensor.float()
-        sources.append({"path": str(path), "update": ckpt.update})
-    averaged = {name: (t / len(paths)).to(first.model[name].dtype) for name, t in total.items()}
-    return Checkpoint(
-        "average",
-        first.config,
-        averaged,
-        first.spm,
-        averaged_from=sources,
-        languages=direction[1] if direction else None,
-        shortlist=first.shortlist,  # the checkpoints share one vocabulary (checked above)
-        tokenizers=first.tokenizers,
-    )
-
-
 def one_direction(
     seen: tuple[Path, tuple[str, str]] | None, ckpt: Checkpoint, path: Path, action: str
 ) -> tuple[Path, tuple[str, str]] | None:
@@ -350,30 +331,3 @@ def one_direction(
             f"({'-'.join(seen[1])} vs {'-'.join(ckpt.languages)})"
         )
     return seen
-
-
-def _check_compatible(first: Checkpoint, first_path: Path, other: Checkpoint, path: Path) -> None:
-    prefix = f"cannot average {first_path} and {path}"
-    for key, value in first.config["model"].items():
-        if other.config["model"].get(key) != value:
-            raise InputError(
-                f"{prefix}: model.{key} differs ({value!r} vs {other.config['model'].get(key)!r})"
-            )
-    if other.spm != first.spm:
-        raise InputError(f"{prefix}: they were trained with different sentencepiece models")
-    if (other.tokenizers or None) != (first.tokenizers or None):
-        raise InputError(
-            f"{prefix}: they read text differently ({_tokenizers(first)} vs {_tokenizers(other)}); "
-            "average checkpoints of one run"
-        )
-    for name, tensor in first.model.items():
-        theirs = other.model.get(name)
-        if theirs is None or theirs.shape != tensor.shape:
-            shape = tuple(theirs.shape) if theirs is not None else "missing"
-            raise InputError(f"{prefix}: parameter {name} has shape {tuple(tensor.shape)} vs {shape}")
-
-
-def _tokenizers(ckpt: Checkpoint) -> str:
-    """How a checkpoint reads text besides its sentencepiece models, for messages."""
-    kinds = [f"{side}: {spec.get('kind')}" for side, spec in (ckpt.tokenizers or {}).items()]
-    return ", ".join(kinds) or "sentencepiece alone"

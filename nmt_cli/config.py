@@ -117,6 +117,7 @@ TRAIN_BOUNDS: dict[str, Allowed] = {
     "seed": Range(int, 0, 2**63 - 1),
     "lr_schedule": ("noam", "inverse_sqrt", "linear"),
     "precision": ("bf16", "fp16", "fp32"),
+    "checkpoint_precision": ("fp32", "train"),
     "best_metric": ("loss", "bleu", "chrf"),
 }
 
@@ -169,6 +170,10 @@ class TrainConfig:
     """Write a checkpoint every this many minutes (the paper: 10); 0 disables."""
     keep_last: int = 5
     """Numbered checkpoints kept on disk (best and last are kept besides)."""
+    checkpoint_precision: str = "fp32"
+    """The weights of numbered checkpoints, which hold weights only: "fp32", or "train" for the
+    training precision's (bf16 or fp16: half the disk; `nmt average` sums them in fp32).
+    checkpoint_last.pt holds fp32 weights and the training state that resume reads."""
     valid_every_updates: int = 1000
     """Validate (loss, perplexity, BLEU) every this many updates; 0 disables."""
     valid_bleu: bool = True

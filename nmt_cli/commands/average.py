@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nmt_cli import checkpoint
+from nmt_cli import averaging, checkpoint
 from nmt_cli.errors import InputError
 from nmt_cli.files import not_an_input, output_target
 from nmt_cli.report import Reporter
@@ -29,7 +29,7 @@ def run(checkpoints: list[Path], output: Path, run_dir: Path | None, last: int |
             f"--output {output}: the name of a training checkpoint, which resuming the run would read; "
             "choose another name (say, average.pt)"
         )
-    averaged = checkpoint.average(
+    averaged = averaging.average(
         checkpoints,
         progress=lambda rest: reporter.progress(rest, "averaging", total=len(rest), unit=" checkpoints"),
     )

@@ -149,6 +149,8 @@ def _ensemble(
 def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> Transformer:
     """The model that checkpoint `path`'s `weights` make under its config `cfg`; one line naming
     the first weight that does not fit (a file put together by hand, or with another config)."""
+    if isinstance(weights, dict):  # numbered checkpoints may hold the training precision's weights
+        weights = {name: _fp32(tensor) for name, tensor in weights.items()}  # decoding casts as asked
     try:
         return Transformer.holding(cfg, weights)
     except (RuntimeError, TypeError) as err:
@@ -158,6 +160,12 @@ def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> 
         if misfit is None:
             raise
         raise _unusable(path, misfit) from err
+
+
+def _fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """A bf16 or fp16 weight as the fp32 one the model holds; anything else as it is."""
+    half = isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.bfloat16, torch.float16)
+    return tensor.float() if half else tensor
 
 
 def _misfit(cfg: ModelConfig, weights: object) -> str | None:

@@ -28,11 +28,10 @@ from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.data.prefetch import Ahead
 from nmt_cli.data.spm import Tokenizers
 from nmt_cli.errors import RunFailure
-from nmt_cli.files import replace_with_link
 from nmt_cli.model import Transformer
 from nmt_cli.recipe import to_dict
 from nmt_cli.report import MetricsLog, Reporter
-from nmt_cli.training import distributed, stopping
+from nmt_cli.training import distributed, run_directory, stopping
 from nmt_cli.training.bookkeeping import Bookkeeping, Progress
 from nmt_cli.training.distributed import World
 from nmt_cli.training.precision import HalfWeights
@@ -335,23 +334,24 @@ def _saved_at(run_dir: Path, update: int) -> bool:
 
 
 def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
-    """Write the full training state as a numbered checkpoint, which `checkpoint_last.pt` then names."""
-    ckpt_dir = s.run_dir / "checkpoints"
-    state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
-    ckpt = checkpoint.Checkpoint(
-        "train",
-        to_dict(s.cfg),
-        model.state_dict(),
-        s.spm_models,
-        s.languages,
-        asdict(progress),
-        state,
-        tokenizers=s.tokenizers,
+    """A numbered checkpoint of the weights alone (what averaging and translating need), then
+    `checkpoint_last.pt` with the training state (what resume reads): a run keeping K numbered
+    checkpoints takes K times the weights, not K times Adam's moments besides."""
+    ckpt_dir, tc = s.run_dir / "checkpoints", s.cfg.train
+    config, weights, place = to_dict(s.cfg), model.state_dict(), asdict(progress)
+    kept = checkpoint.numbered_weights(weights, tc.checkpoint_precision, tc.precision)
+    numbered = checkpoint.Checkpoint(
+        "train", config, kept, s.spm_models, s.languages, place, tokenizers=s.tokenizers
     )
-    path = ckpt_dir / checkpoint.numbered_name(progress.update)
-    checkpoint.save(ckpt, path)
-    replace_with_link(path, ckpt_dir / "checkpoint_last.pt")
-    checkpoint.prune(ckpt_dir, s.cfg.train.keep_last)
+    checkpoint.save(numbered, ckpt_dir / checkpoint.numbered_name(progress.update))
+    state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
+    last = checkpoint.Checkpoint(
+        "train", config, weights, s.spm_models, s.languages, place, state, tokenizers=s.tokenizers
+    )
+    checkpoint.save(last, ckpt_dir / "checkpoint_last.pt")
+    checkpoint.prune(ckpt_dir, tc.keep_last)
+    kept_in = tc.precision if kept is not weights else "fp32"
+    run_directory.describe(ckpt_dir, kept_in)
 
 
 def _save_best(s: Session, progress: Progress) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from nmt_cli import checkpoint
 from nmt_cli.errors import InputError
+from nmt_cli.files import atomic_write
 
 LAST = Path("checkpoints") / "checkpoint_last.pt"
 
@@ -23,7 +24,30 @@ def last_checkpoint(last: Path) -> checkpoint.Checkpoint:
         others = [path for _, path in checkpoint.numbered(last.parent) if not _same_file(path, last)]
         if not others:
             raise
-        raise InputError(f"{err}; to resume from {others[-1].name}: ln -f {others[-1]} {last}") from None
+        raise InputError(f"{err}; {_start_from(others[-1])}") from None
+
+
+def _start_from(numbered: Path) -> str:
+    """What to do where the training state is lost and a numbered checkpoint is left."""
+    return (
+        f"numbered checkpoints hold weights only: train on from {numbered.name} in a new run with "
+        f"--init-from {numbered} --out NEW_DIR"
+    )
+
+
+def describe(directory: Path, kept_in: str) -> None:
+    """checkpoints/README.txt: what each file holds, for whoever lists the directory."""
+    text = (
+        f"checkpoint_<update>.pt  the model's weights at that update ({kept_in}), for `nmt average`, "
+        "`nmt translate` and --init-from\n"
+        "checkpoint_last.pt      the newest weights (fp32) with Adam's moments, the loss scaler, the random "
+        "states and the place in the data: what `nmt train` resumes from\n"
+        "checkpoint_best.pt      the weights of the best validation so far (train.best_metric)\n"
+    )
+    target = directory / "README.txt"
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        with atomic_write(target) as out:
+            out.write(text)
 
 
 def _checkpoint_files(directory: Path) -> list[str]:
@@ -47,9 +71,9 @@ def nothing_else_in(out: Path) -> None:
         return
     saved = checkpoint.numbered(out / "checkpoints")
     if saved:
+        newest = saved[-1][1]
         raise InputError(
-            f"--out {out}: its run saved {saved[-1][1].name} but {LAST} is missing; copy that file to "
-            f"{LAST.name} to resume from it, or choose a new --out"
+            f"--out {out}: its run saved {newest.name} but {LAST} is missing; {_start_from(newest)}"
         )
     kept = _checkpoint_files(out / "checkpoints")
     if kept:  # checkpoint_best.pt, say, where keep_last = 0 pruned every numbered one

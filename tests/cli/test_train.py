@@ -235,22 +235,24 @@ def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
     assert (checkpoints / "checkpoint_best.pt").read_bytes() == kept["checkpoint_4.pt"]
 
 
-def test_a_damaged_last_checkpoint_says_which_checkpoint_to_resume_from(
+def test_a_damaged_last_checkpoint_says_which_checkpoint_to_train_on_from(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
     assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=4", "train.save_every_updates=2")) == 0
-    last = run_dir / "checkpoints" / "checkpoint_last.pt"
-    assert last.samefile(run_dir / "checkpoints" / "checkpoint_4.pt")  # so the damage hits both
+    checkpoints = run_dir / "checkpoints"
+    last = checkpoints / "checkpoint_last.pt"
+    assert not last.samefile(checkpoints / "checkpoint_4.pt")  # the damage leaves update 4's weights
     os.truncate(last, last.stat().st_size // 2)
     capsys.readouterr()
     line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=6", quiet=False))
-    checkpoints = run_dir / "checkpoints"
-    assert "not a complete checkpoint" in line and f"ln -f {checkpoints / 'checkpoint_2.pt'} {last}" in line
-    os.remove(checkpoints / "checkpoint_2.pt")  # no other checkpoint: the damage alone is reported
+    assert "not a complete checkpoint" in line
+    assert f"--init-from {checkpoints / 'checkpoint_4.pt'} --out NEW_DIR" in line
+    for update in (2, 4):  # no other checkpoint: the damage alone is reported
+        os.remove(checkpoints / f"checkpoint_{update}.pt")
     capsys.readouterr()
     line = refused(capsys, *train_args(corpus.data, run_dir, "train.max_updates=6", quiet=False))
-    assert "not a complete checkpoint" in line and "ln -f" not in line
+    assert "not a complete checkpoint" in line and "--init-from" not in line
 
 
 def test_a_directory_of_other_files_is_refused_as_a_run(

@@ -4,7 +4,6 @@ it leaves says how to go on."""
 from __future__ import annotations
 
 import resource
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,13 +39,15 @@ def test_a_disk_full_at_the_first_save_leaves_a_run_that_says_how_to_start_afres
     )
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
     assert "cannot write (File too large)" in failed.stderr
-    # Validation wrote checkpoint_best.pt before the numbered checkpoint failed: nothing to resume.
+    # Validation wrote checkpoint_best.pt and the save its numbered checkpoint (weights only) before
+    # checkpoint_last.pt, which holds Adam's moments, failed: no training state to resume.
     ckpts = run_dir / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint_best.pt"]
+    assert sorted(p.name for p in ckpts.glob("*.pt")) == ["checkpoint_2.pt", "checkpoint_best.pt"]
     line = refused(capsys, *args)
-    assert "holds checkpoint_best.pt of a run" in line
-    assert f"move checkpoint_best.pt out of {ckpts} to start afresh" in line
-    # The advice works: with the best checkpoint moved away, the same command starts the run.
-    shutil.move(ckpts / "checkpoint_best.pt", tmp_path / "best.pt")
-    assert nmt(*args) == 0
-    assert (ckpts / "checkpoint_last.pt").is_file()
+    assert "checkpoints/checkpoint_last.pt is missing" in line
+    advice = f"--init-from {ckpts / 'checkpoint_2.pt'} --out NEW_DIR"
+    assert advice in line
+    # The advice works: a new run starts from those weights.
+    new = tmp_path / "new"
+    assert nmt(*train_args(corpus.data, new, "train.max_updates=2"), *advice.split()[:2]) == 0
+    assert (new / "checkpoints" / "checkpoint_last.pt").is_file()

@@ -82,7 +82,7 @@ def train_records(metrics: Path) -> int:
 
 def check_every_checkpoint_loads(ckpts: Path) -> int:
     """Load every checkpoint into a model; return the update checkpoint_last.pt resumes from."""
-    names = [p for p in ckpts.iterdir() if not p.name.startswith(".")]
+    names = [p for p in ckpts.glob("*.pt") if not p.name.startswith(".")]
     assert names, "no checkpoint on disk"
     for path in names:
         payload = checkpoint.load(path)  # raises on a truncated or corrupted file
