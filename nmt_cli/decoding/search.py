@@ -208,26 +208,15 @@ def beam_search(
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
         if search is None:
-            top_scores, top_beam, top_tok = _best_continuations(cand, k, r, width)
+            top = _best_continuations(cand, k, r, width)
         else:
-            top_scores, top_beam, top_tok = search.candidates(cand, log_probs, active, k, width)
-        rank = torch.arange(top_scores.shape[1], device=device).unsqueeze(0)  # (1, M)
-        is_eos = top_tok == EOS_ID
-        stored = batch.stored(top_tok, top_beam)
-        ending = is_eos & top_scores.isfinite() & (rank < k) & ~done.unsqueeze(1)
+            top = search.candidates(cand, log_probs, active, k, width)
+        candidates = _candidates(*top, k, done)
+        stored = batch.stored(candidates.tokens, candidates.beams)
         at_end = t + 1 >= limit[active]
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
-        candidates = Candidates(top_scores, top_beam, top_tok, ending)
         _finish(fin, cfg.early_stopping, candidates, stored, history, active, at_end & ~done, penalty, search)
-        # Continue: the K best non-EOS candidates (there are always at least K).
-        order = torch.where(is_eos, rank + rank.shape[1], rank)
-        keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
-        beams = top_beam.gather(1, keep_cols)
-        scores = top_scores.gather(1, keep_cols)
-        tokens = top_tok.gather(1, keep_cols).reshape(-1, 1)
-        history = _extended(history, beams, stored.gather(1, keep_cols))
-        if search is not None:
-            search.keep(keep_cols)
+        beams, scores, tokens, history = _continuing(candidates, stored, history, k, search)
         done |= _done(fin, cfg.early_stopping, scores, active, penalty, search) | at_end
         if (t + 1) % every:  # no pruning at this step: every sentence stays, done or not
             batch.reorder((torch.arange(a, device=device).unsqueeze(1) * r + beams).flatten(), beam=k)
@@ -235,10 +224,7 @@ def beam_search(
             keep = (~done).nonzero()[:, 0]
             if keep.numel() == 0:
                 break
-            if search is not None:
-                search.progress = search.progress.select((keep.unsqueeze(1) * k + rank[:, :k]).flatten())
-            leaving = keep.numel() < a  # memory rows move only when sentences leave
-            batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep if leaving else None, beam=k)
+            _leave_done(batch, keep, beams, r, search)
             active, done, scores, history = active[keep], done[keep], scores[keep], history[keep]
             tokens = tokens.view(a, k)[keep].reshape(-1, 1)
         per_sentence = k
@@ -296,6 +282,44 @@ def _finish(
         return
     normalised = (c.scores.double() / penalty).masked_fill(~ends, float("-inf"))
     fin.keep_best(normalised, _extended(history, c.beams, stored), active)
+
+
+def _candidates(scores: Tensor, beams: Tensor, tokens: Tensor, k: int, done: Tensor) -> Candidates:
+    """A step's best continuations (A, M), best first, as `Candidates`: those that end are the EOS
+    among the first K with a finite score, in a sentence not yet `done` ((A,))."""
+    first = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0) < k  # (1, M)
+    return Candidates(
+        scores, beams, tokens, (tokens == EOS_ID) & scores.isfinite() & first & ~done.unsqueeze(1)
+    )
+
+
+def _continuing(
+    c: Candidates, stored: Tensor, history: Tensor, k: int, search: ConstrainedBeam | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The hypotheses that continue: the K best candidates without EOS (there are always at least
+    K), as the hypotheses (A, K) they continue, their scores (A, K), their last pieces (A * K, 1)
+    and their histories (A, K, t + 1); `stored`: the candidates' pieces as the history keeps them."""
+    rank = torch.arange(c.scores.shape[1], device=c.scores.device).unsqueeze(0)  # (1, M)
+    order = torch.where(c.tokens == EOS_ID, rank + rank.shape[1], rank)
+    keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
+    beams = c.beams.gather(1, keep_cols)
+    if search is not None:
+        search.keep(keep_cols)
+    scores, tokens = c.scores.gather(1, keep_cols), c.tokens.gather(1, keep_cols).reshape(-1, 1)
+    return beams, scores, tokens, _extended(history, beams, stored.gather(1, keep_cols))
+
+
+def _leave_done(batch: Batch, keep: Tensor, beams: Tensor, r: int, search: ConstrainedBeam | None) -> None:
+    """Leave the done sentences out of the decoder state and of a constrained search's progress:
+    `keep` holds the active sentences not done; each of their hypothesis rows is taken from the one
+    of R that it continues (`beams`, (A, K))."""
+    a, k = beams.shape
+    if search is not None:
+        search.progress = search.progress.select(
+            (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).flatten()
+        )
+    leaving = keep.numel() < a  # memory rows move only when sentences leave
+    batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep if leaving else None, beam=k)
 
 
 def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
