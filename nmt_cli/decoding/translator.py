@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, NoReturn, SupportsIndex, Unpack, cast, overload
+from typing import Literal, NoReturn, SupportsIndex, Unpack, overload
 
 import numpy as np
 import torch
@@ -37,11 +37,12 @@ from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.shortlist import Shortlist
-from nmt_cli.data.text import has_letters_or_digits, one_line, visible, without_nul
+from nmt_cli.data.text import visible, without_nul
 from nmt_cli.data.tokenizer import MosesBpe
-from nmt_cli.decoding import arguments, terms, texts
-from nmt_cli.decoding.alignment import Alignment, aligned_words
+from nmt_cli.decoding import arguments
+from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.ensemble import Ensemble
+from nmt_cli.decoding.line_decoding import decode_lines, with_phrases
 from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
     PRECISIONS,
     decoding_workers,
@@ -50,7 +51,6 @@ from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders,
     load_translator,
     load_translators,
 )
-from nmt_cli.decoding.search import Hypothesis, translate_sentences
 from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's, imported from here too)
     DecodeOptions,
     DecodeSettings,
@@ -58,9 +58,8 @@ from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's
     default_batch_tokens,
     resolve,
 )
-from nmt_cli.decoding.term_alignment import terms_aligned
-from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends
-from nmt_cli.decoding.texts import Hypotheses, Result, padded, text_lines, translate_by_sentence
+from nmt_cli.decoding.terms import Constrained
+from nmt_cli.decoding.texts import Hypotheses, Result, text_lines, translate_by_sentence
 from nmt_cli.decoding.workers import WorkerPool, can_fork, fork_safe_threads, open_descriptors
 from nmt_cli.errors import SettingError, literal, optional_import_failure
 from nmt_cli.ranges import check_setting
@@ -275,7 +274,7 @@ class Translator:
             settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
         if (pool := self._pool) is None or pool.forked():  # read once: close() may clear it meanwhile
             with self._lock, fork_safe_threads():
-                return self._translate(units, settings)
+                return decode_lines(self, units, settings)
         results, truncated = pool.map(units, settings)
         with self._lock:
             self.truncated += truncated
@@ -351,7 +350,7 @@ class Translator:
     ) -> tuple[list[Result], int]:
         """A worker's share of a call: its lines' results and how many it truncated."""
         before = self.truncated
-        return self._translate(lines, settings), self.truncated - before
+        return decode_lines(self, lines, settings), self.truncated - before
 
     def source_ids(self, line: str, count: bool = True) -> np.ndarray:
         """The source pieces of `line` as decoding takes them: cut to the model's positions
@@ -372,43 +371,4 @@ class Translator:
         given: Iterable[Sequence[str]] | None,
     ) -> list[str | Constrained]:
         """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
-        if settings.sampling is not None:
-            raise SettingError(
-                "sampling", settings.sampling.method, "draws freely; constraints need a search"
-            )
-        cfg, longest = settings.search, self.ensemble.max_positions - 1
-
-        def room(line: str) -> int:
-            return int(min(cfg.max_len_a * len(self.source_ids(line, False)) + cfg.max_len_b, longest))
-
-        return constrained_lines(lines, given, settings.glossary, Vocabulary.of(self.tgt_spm, room))
-
-    def _translate(self, lines: Sequence[str | Constrained], settings: DecodeSettings) -> list[Result]:
-        ids = [self.source_ids(text_of(line)) for line in lines]
-        todo = [i for i, x in enumerate(ids) if len(x) and has_letters_or_digits(text_of(lines[i]))]
-        phrases = [phrases_of(lines[i]) for i in todo]
-        results = [texts.kept_as_is(text_of(line), settings) for line in lines]
-        size = self.ensemble.models[0].cfg.tgt_vocab_size
-        anchors = [terms.anchors_of(lines[i], self.src_spm.encode, len(ids[i])) for i in todo]
-        hyps = translate_sentences(
-            self.ensemble,
-            [ids[i] for i in todo],
-            settings,
-            self.device,
-            shortlist=self.shortlist if settings.search.shortlist else None,
-            constraints=phrases if any(phrases) else None,
-            word_ends=word_ends(self.tgt_spm, size) if any(phrases) else None,
-            anchors=anchors if any(map(any, anchors)) else None,
-            word_starts=terms.word_starts(self.tgt_spm, size) if any(phrases) else None,
-        )
-        for i, sentence in zip(todo, hyps, strict=True):
-            found = [(one_line(self.tgt_spm.decode(h.tokens)), h.score) for h in sentence]
-            results[i] = Result(padded(found or [("", 0.0)], settings.nbest))
-        if settings.alignments:
-            spm = cast(SentencePieceProcessor, self.src_spm), cast(SentencePieceProcessor, self.tgt_spm)
-            for i, sentence in zip(todo, hyps, strict=True):
-                best = sentence[0] if sentence else Hypothesis([], 0.0, [])
-                links = aligned_words(best.links, ids[i], best.tokens, *spm)
-                links = texts.in_words_of(text_of(lines[i]), links)
-                results[i] = Result(results[i].hyps, terms_aligned(lines[i], best.tokens, links, spm[1]))
-        return results
+        return with_phrases(self, lines, settings, given)
