@@ -52,8 +52,8 @@ from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batching import collate
 from nmt_cli.decoding.alignment import attended_pieces, default_layer
+from nmt_cli.decoding.batches import translate_sentences
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.search import translate_sentences
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer

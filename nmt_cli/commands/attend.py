@@ -20,7 +20,8 @@ import torch
 
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.text import check_readable, one_line, read_lines
-from nmt_cli.decoding.search import Hypothesis, translate_sentences
+from nmt_cli.decoding.batches import translate_sentences
+from nmt_cli.decoding.search import Hypothesis
 from nmt_cli.decoding.settings import DecodeSettings, resolve
 from nmt_cli.decoding.translator import Translator, load_translator
 from nmt_cli.device import configure_cpu, resolve_device

@@ -1,7 +1,7 @@
 """A Translator's lines on the model's side: the phrases each line's translation must contain, and
 the lines decoded whole, in this process or in a decoding worker (`Translator.translate_results`).
 
-A line's source pieces go through the search (`search.translate_sentences`) and come back as
+A line's source pieces go through the search (`batches.translate_sentences`) and come back as
 text with their scores, and with the word alignment of the best hypothesis where the settings ask;
 a line without letters or digits is kept as it is.
 """
@@ -16,7 +16,8 @@ from sentencepiece import SentencePieceProcessor
 from nmt_cli.data.text import has_letters_or_digits, one_line
 from nmt_cli.decoding import terms, texts
 from nmt_cli.decoding.alignment import aligned_words
-from nmt_cli.decoding.search import Hypothesis, translate_sentences
+from nmt_cli.decoding.batches import translate_sentences
+from nmt_cli.decoding.search import Hypothesis
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.term_alignment import terms_aligned
 from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, phrases_of, text_of, word_ends

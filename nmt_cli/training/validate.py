@@ -11,8 +11,8 @@ from sentencepiece import SentencePieceProcessor
 from nmt_cli.config import RunConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.corpus import ParallelSplit
+from nmt_cli.decoding.batches import translate_sentences
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.search import translate_sentences
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import PAD_ID

@@ -13,8 +13,8 @@ from conftest import VARIANTS, TrainedRun, one_thread, sentences, tiny_model
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.alignment import attended_pieces, default_layer, pharaoh, word_alignment, word_of_pieces
+from nmt_cli.decoding.batches import translate_batch
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.search import translate_batch
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.texts import Result, translate_by_sentence
 from nmt_cli.special_ids import EOS_ID, PAD_ID

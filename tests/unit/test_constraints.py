@@ -10,9 +10,10 @@ import torch
 from conftest import VARIANTS, tiny_model
 
 from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.batches import translate_batch
 from nmt_cli.decoding.constraints import Constraints, Progress
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.search import beam_search, translate_batch
+from nmt_cli.decoding.search import beam_search
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import EOS_ID, PAD_ID
