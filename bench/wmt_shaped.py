@@ -4,7 +4,8 @@ What matters at scale is the shape, not the words: lengths with a mean of about 
 long tail past the 250-piece limit (log-normal, as WMT's news and Europarl lines are), about 1.5%
 of pairs that `nmt prepare`'s length and ratio filters drop (too long, or sides of very different
 length, as Common Crawl's misaligned pairs), about 2% exact duplicates, and a few lines of odd
-Unicode (zero-width and direction marks, a BOM, combining accents, CJK, emoji, a NUL byte).
+Unicode (zero-width and direction marks, a BOM, combining accents, CJK, emoji, a control character;
+not NUL, which `nmt prepare` takes for the sign of a binary or UTF-16 file).
 Words are drawn by Zipf's law from two made-up vocabularies of 200,000 words each, so a 37k
 joint BPE has as much to learn as on real text; the German side follows the English side's
 length. Built with numpy a chunk at a time (36M pairs in minutes), written once under
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench" / "work" / "wmt_shaped"
 VOCABULARY = 200_000
 CHUNK = 200_000
-ODD = ["\u200b", "\u200f", "\ufeff", "e\u0301", "\u4e2d\u6587", "\U0001f600", "\x00", "\u00ad"]
+ODD = ["\u200b", "\u200f", "\ufeff", "e\u0301", "\u4e2d\u6587", "\U0001f600", "\x07", "\u00ad"]
 
 
 def vocabulary(rng: np.random.Generator, letters: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
