@@ -68,12 +68,14 @@ def lines(words: tuple[np.ndarray, np.ndarray, np.ndarray], ids: np.ndarray, len
     return text.tobytes()
 
 
-def chunk_lengths(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """English and German lengths in words: log-normal (mean about 24, a tail to a few hundred);
-    German within 10% of English but for 1% of misaligned pairs."""
-    english = np.clip(np.round(rng.lognormal(np.log(19.0), 0.68, count)), 1, 400).astype(np.int64)
+def chunk_lengths(
+    rng: np.random.Generator, count: int, longest: int, misaligned_share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """English and German lengths in words: log-normal (mean about 24, a tail to `longest`);
+    German within 10% of English but for `misaligned_share` of the pairs."""
+    english = np.clip(np.round(rng.lognormal(np.log(19.0), 0.68, count)), 1, longest).astype(np.int64)
     german = np.maximum(1, np.round(english * rng.normal(1.0, 0.1, count))).astype(np.int64)
-    misaligned = rng.random(count) < 0.01
+    misaligned = rng.random(count) < misaligned_share
     german[misaligned] = np.maximum(1, english[misaligned] * rng.integers(3, 8, int(misaligned.sum())))
     return english, german
 
@@ -93,12 +95,15 @@ def with_duplicates_and_odd_lines(rng: np.random.Generator, en: bytes, de: bytes
 
 
 def write_split(folder: Path, name: str, pairs: int, seed: int, words: tuple) -> None:
+    """Training pairs with the tail and the misaligned pairs; a test set as a newstest is, whose
+    longest lines are about 100 words and whose pairs are all translations."""
+    longest, misaligned = (400, 0.01) if name == "train" else (100, 0.0)
     rng = np.random.default_rng(seed)
     parts = {lang: folder / f"{name}.{lang}.part" for lang in ("en", "de")}
     with parts["en"].open("wb") as en_out, parts["de"].open("wb") as de_out:
         for start in range(0, pairs, CHUNK):
             count = min(CHUNK, pairs - start)
-            en_lengths, de_lengths = chunk_lengths(rng, count)
+            en_lengths, de_lengths = chunk_lengths(rng, count, longest, misaligned)
             en = lines(words[0], zipf_ids(rng, int(en_lengths.sum())), en_lengths)
             de = lines(words[1], zipf_ids(rng, int(de_lengths.sum())), de_lengths)
             en, de = with_duplicates_and_odd_lines(rng, en, de)
