@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from nmt_cli.checkpoint import Checkpoint, load, one_direction
+from nmt_cli.checkpoint import Checkpoint, load, mapped, one_direction
 from nmt_cli.errors import InputError
 
 
@@ -23,7 +23,10 @@ def average(paths: list[Path], progress: Callable[[list[Path]], Iterable[Path]] 
     no optimizer state and lists its sources.
     """
     first = load(paths[0])
-    total = {name: t.to(torch.float32, copy=True) for name, t in first.model.items()}
+    # One sum for names that share a tensor (tied embeddings): the average holds it once, tied.
+    total = mapped(first.model, lambda t: t.to(torch.float32, copy=True))
+    owner = {id(tensor): name for name, tensor in reversed(list(total.items()))}
+    summed = [name for name, tensor in total.items() if owner[id(tensor)] == name]
     # Only the sum is kept in memory, and of the first its shapes and what identifies the run.
     first.model = {name: tensor.to("meta") for name, tensor in first.model.items()}
     first.train_state = None
@@ -33,12 +36,13 @@ def average(paths: list[Path], progress: Callable[[list[Path]], Iterable[Path]] 
         ckpt = load(path)
         _check_compatible(first, paths[0], ckpt, path)
         direction = one_direction(direction, ckpt, path, "average")
-        for name, tensor in ckpt.model.items():
-            total[name] += tensor
+        for name in summed:
+            total[name] += ckpt.model[name]
         sources.append({"path": str(path), "update": ckpt.update})
         del ckpt  # before the next one is read
+    for name in summed:
+        total[name].div_(len(paths))
     for name, tensor in total.items():
-        tensor.div_(len(paths))
         if not first.model[name].dtype.is_floating_point:
             total[name] = tensor.to(first.model[name].dtype)
     return Checkpoint(

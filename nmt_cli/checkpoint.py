@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +167,26 @@ def numbered_weights(
     half = HALF.get(precision) if kept_in == "train" else None
     if half is None:
         return weights
-    return {name: t.to(half) if t.is_floating_point() else t for name, t in weights.items()}
+    return mapped(weights, lambda t: t.to(half) if t.is_floating_point() else t)
+
+
+def mapped(
+    weights: dict[str, torch.Tensor], change: Callable[[torch.Tensor], torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """`change` applied to each tensor once: names that share one (tied embeddings) still share
+    the result, so a checkpoint holds it once and a model loaded from it stays tied."""
+    done: dict[tuple, torch.Tensor] = {}
+    for tensor in weights.values():
+        key = same_tensor(tensor)
+        if key not in done:
+            done[key] = change(tensor)
+    return {name: done[same_tensor(tensor)] for name, tensor in weights.items()}
+
+
+def same_tensor(tensor: torch.Tensor) -> tuple:
+    """What two names holding one tensor have alike."""
+    storage = tensor.untyped_storage().data_ptr() if tensor.device.type != "meta" else id(tensor)
+    return storage, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
 
 
 def save(ckpt: Checkpoint, path: Path, name: str = "checkpoint") -> None:

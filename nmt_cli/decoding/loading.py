@@ -149,8 +149,9 @@ def _ensemble(
 def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> Transformer:
     """The model that checkpoint `path`'s `weights` make under its config `cfg`; one line naming
     the first weight that does not fit (a file put together by hand, or with another config)."""
-    if isinstance(weights, dict):  # numbered checkpoints may hold the training precision's weights
-        weights = {name: _fp32(tensor) for name, tensor in weights.items()}  # decoding casts as asked
+    if isinstance(weights, dict) and all(isinstance(t, torch.Tensor) for t in weights.values()):
+        # Numbered checkpoints may hold the training precision's weights; decoding casts as asked.
+        weights = checkpoint.mapped(weights, _fp32)
     try:
         return Transformer.holding(cfg, weights)
     except (RuntimeError, TypeError) as err:
@@ -164,8 +165,7 @@ def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> 
 
 def _fp32(tensor: torch.Tensor) -> torch.Tensor:
     """A bf16 or fp16 weight as the fp32 one the model holds; anything else as it is."""
-    half = isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.bfloat16, torch.float16)
-    return tensor.float() if half else tensor
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def _misfit(cfg: ModelConfig, weights: object) -> str | None:

@@ -16,6 +16,14 @@ from nmt_cli import averaging, checkpoint
 from nmt_cli.recipe import load_recipe
 
 
+def tied(weights: dict[str, torch.Tensor]) -> list[list[str]]:
+    """The groups of names that hold one tensor (tied embeddings)."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name, tensor in weights.items():
+        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset()), []).append(name)
+    return sorted(names for names in groups.values() if len(names) > 1)
+
+
 def test_numbered_checkpoints_hold_the_weights_and_last_the_training_state(trained: TrainedRun) -> None:
     directory = trained.run_dir / "checkpoints"
     last = checkpoint.load(directory / "checkpoint_last.pt")
@@ -61,9 +69,12 @@ def test_bf16_numbered_checkpoints_average_in_fp32_and_translate(corpus: Corpus,
         assert tensor.dtype == torch.float32
         assert saved[1][name].dtype == want and torch.equal(saved[1][name], tensor.to(want))
 
+    assert tied(last) and tied(saved[1]) == tied(last)  # a tied embedding is saved once, still tied
+
     output = tmp_path / "average.pt"
     assert nmt("-q", "average", "--run", run, "--last", 2, "-o", output) == 0
     averaged = checkpoint.load(output).model
+    assert tied(averaged) == tied(last)
     for name, tensor in averaged.items():
         assert tensor.dtype == torch.float32
         assert torch.equal(tensor, (saved[0][name].float() + saved[1][name].float()) / 2)
