@@ -34,10 +34,11 @@ if [[ -n $local_dir && ! -d $local_dir ]]; then
     fail "WMT_ARCHIVES=$local_dir is not a folder; set it to the folder holding the archives, or unset it"
 fi
 
-# 0. Before any work: each archive is extracted already, in WMT_ARCHIVES, or reachable.
+# 0. Before any work: each archive is extracted or downloaded already, in WMT_ARCHIVES, or reachable.
 for archive in "${archives[@]}"; do
     name=$(basename "$archive")
-    if [[ -e $work/orig/$name.extracted || (-n $local_dir && -f $local_dir/$name) ]]; then
+    done_here=$work/orig/$name
+    if [[ -e $done_here.extracted || -e $done_here.downloaded || (-n $local_dir && -f $local_dir/$name) ]]; then
         continue
     fi
     wget -q --spider --tries=1 --timeout=30 "$mirror/$archive" \
@@ -51,7 +52,7 @@ test_set() { # NAME FIELD OUT
     [[ -s $3 ]] && return
     if ! sacrebleu -t "$1" -l "en-$tgt" --echo "$2" >"$3.part" 2>"$3.log"; then
         local why
-        why=$(grep -v '^[[:space:]]*$' "$3.log" | tail -n 1)
+        why=$(grep -v '^[[:space:]]*$' "$3.log" | tail -n 1 || true)
         rm -f "$3.part" "$3.log"
         fail "sacrebleu could not give $1 en-$tgt from its cache (${SACREBLEU:-~/.sacrebleu}) or the network: $why"
     fi
@@ -70,8 +71,9 @@ for archive in "${archives[@]}"; do
     file=$work/orig/$name
     if [[ -n $local_dir && -f $local_dir/$name ]]; then
         file=$local_dir/$name
-    else
+    elif [[ ! -e $work/orig/$name.downloaded ]]; then
         wget -c -nv -P "$work/orig" "$mirror/$archive"
+        touch "$work/orig/$name.downloaded"  # an offline rerun extracts it without the network
     fi
     tar -xf "$file" -C "$work/orig"
     touch "$work/orig/$name.extracted"
@@ -98,4 +100,4 @@ if [[ -f $work/data/meta.json ]]; then
     exit 0
 fi
 nmt prepare --train "$work/raw/train" --valid "$work/raw/valid" --test "$work/raw/test" \
-    --src en --tgt "$tgt" --out "$work/data" --vocab-size "$vocab_size" --workers "$(nproc)" "${prepare_options[@]}" "$@"
+    --src en --tgt "$tgt" --out "$work/data" --vocab-size "$vocab_size" --workers "$(nproc)" ${prepare_options[@]+"${prepare_options[@]}"} "$@"

@@ -360,6 +360,6 @@ def _optimizer_to_keep(init: checkpoint.Checkpoint | None, start: Start | None) 
     if init.train_state is None:
         raise InputError(
             f"--init-from {start.checkpoint}: holds no optimizer state (an average or best checkpoint); "
-            "give a numbered checkpoint of the run, or use --reset-optimizer"
+            "give the run's checkpoints/checkpoint_last.pt, or use --reset-optimizer"
         )
     return init.train_state.optimizer

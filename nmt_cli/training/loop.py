@@ -90,6 +90,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
     run = _Run(
         s, net, half, precision, optimizer, scaler, progress, book, metrics, tgt_len, progress.train_seconds
     )
+    run.saved = resume.update if resume is not None else None
     reason = ""
     model.train()
     if half is not None:
@@ -120,7 +121,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
             if world.is_main and book.window.updates:
                 book.log()
         book.bar.close()
-        if world.is_main and not _saved_at(s.run_dir, progress.update):
+        if world.is_main and run.saved != progress.update:
             _save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return f"{reason} at update {progress.update}"
@@ -145,6 +146,10 @@ class _Run:
     """The run's training time before this session."""
     session_start: float = field(default_factory=time.monotonic)
     last_save: float = field(default_factory=time.monotonic)
+    saved: int | None = None
+    """The update checkpoint_last.pt holds (None before a run's first save). Not read from the
+    numbered files: a save that stopped between the numbered checkpoint and the last leaves one
+    of a newer update, which must not stop the last from being written."""
 
     def update(
         self, group: list[np.ndarray], tensors: list[dict], idle: bool, stop: StopSignal
@@ -196,7 +201,7 @@ class _Run:
             reason = reason or str(distributed.from_main(early_stop, s.world))
         if s.world.is_main and (book.first_time(tc.save_every_updates, "save") or minutes_due):
             _save(s, s.model, self.optimizer, self.scaler, progress)
-            self.last_save = time.monotonic()
+            self.last_save, self.saved = time.monotonic(), progress.update
         return reason
 
 
@@ -329,10 +334,6 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(cuda if isinstance(cuda, torch.Tensor) else cuda[0], device)
 
 
-def _saved_at(run_dir: Path, update: int) -> bool:
-    return (run_dir / "checkpoints" / checkpoint.numbered_name(update)).exists()
-
-
 def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     """A numbered checkpoint of the weights alone (what averaging and translating need), then
     `checkpoint_last.pt` with the training state (what resume reads): a run keeping K numbered
@@ -348,6 +349,8 @@ def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
     last = checkpoint.Checkpoint(
         "train", config, weights, s.spm_models, s.languages, place, state, tokenizers=s.tokenizers
     )
+    if (ckpt_dir / "checkpoint_last.pt").is_symlink():  # replaced, never written through
+        (ckpt_dir / "checkpoint_last.pt").unlink()
     checkpoint.save(last, ckpt_dir / "checkpoint_last.pt")
     checkpoint.prune(ckpt_dir, tc.keep_last)
     kept_in = tc.precision if kept is not weights else "fp32"

@@ -15,20 +15,31 @@ RUN_FILES = {".lock", "config.toml", "metrics.jsonl", "checkpoints"}
 
 
 def last_checkpoint(last: Path) -> checkpoint.Checkpoint:
-    """The checkpoint to resume; a damaged one says how to resume from another of the run."""
+    """The checkpoint to resume, checked before anything of the run is touched; a damaged one, or
+    one without the training state, says how to go on from another of the run."""
     try:
-        return checkpoint.load(last)
+        resume = checkpoint.load(last)
     except checkpoint.DamagedCheckpoint as err:
-        # The newest numbered checkpoint that is another file: the last one is a hard link to one
-        # (which `ln -f` replaces, where `cp` would write through it into the damaged one).
         others = [path for _, path in checkpoint.numbered(last.parent) if not _same_file(path, last)]
         if not others:
             raise
-        raise InputError(f"{err}; {_start_from(others[-1])}") from None
+        raise InputError(f"{err}; {_start_from(others[-1], last)}") from None
+    if resume.train_state is None or resume.progress is None:
+        raise InputError(
+            f"{last}: holds the weights but not the training state (Adam's moments, the place in the "
+            f"data), so the run cannot resume; train on from it in a new run with --init-from {last} "
+            "--out NEW_DIR"
+        )
+    return resume
 
 
-def _start_from(numbered: Path) -> str:
-    """What to do where the training state is lost and a numbered checkpoint is left."""
+def _start_from(numbered: Path, last: Path) -> str:
+    """What to do where checkpoint_last.pt is lost and `numbered` is the run's newest checkpoint:
+    resume from it where it holds the training state (an earlier nmt wrote it so), else start a
+    new run from its weights."""
+    if checkpoint.load(numbered).train_state is not None:
+        # A hard link: `ln -f` replaces the last, where `cp` would write through a link to another.
+        return f"to resume from {numbered.name}: ln -f {numbered} {last}"
     return (
         f"numbered checkpoints hold weights only: train on from {numbered.name} in a new run with "
         f"--init-from {numbered} --out NEW_DIR"
@@ -72,9 +83,8 @@ def nothing_else_in(out: Path) -> None:
     saved = checkpoint.numbered(out / "checkpoints")
     if saved:
         newest = saved[-1][1]
-        raise InputError(
-            f"--out {out}: its run saved {newest.name} but {LAST} is missing; {_start_from(newest)}"
-        )
+        advice = _start_from(newest, out / LAST)
+        raise InputError(f"--out {out}: its run saved {newest.name} but {LAST} is missing; {advice}")
     kept = _checkpoint_files(out / "checkpoints")
     if kept:  # checkpoint_best.pt, say, where keep_last = 0 pruned every numbered one
         # or where a full disk failed the first save: the best alone holds no training state.

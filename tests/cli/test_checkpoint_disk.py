@@ -101,3 +101,46 @@ def test_average_holds_one_checkpoint_at_a_time(trained: TrainedRun, monkeypatch
     assert len(paths) >= 3
     averaged = averaging.average(paths)
     assert averaged.train_state is None and len(averaged.averaged_from or []) == len(paths)
+
+
+def test_a_save_cut_between_the_numbered_and_the_last_checkpoint_is_made_whole(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    last = run / "checkpoints" / "checkpoint_last.pt"
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=2", "train.save_every_updates=2")) == 0
+    at_2 = last.read_bytes()
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=4", "train.save_every_updates=2")) == 0
+    last.write_bytes(at_2)  # as a kill after checkpoint_4.pt and before checkpoint_last.pt leaves it
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=4", "train.save_every_updates=2")) == 0
+    assert checkpoint.load(last).update == 4  # the run's end is saved, though checkpoint_4.pt was there
+
+
+def test_a_last_checkpoint_without_the_training_state_is_refused_before_any_change(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=2", "train.save_every_updates=1")) == 0
+    last = run / "checkpoints" / "checkpoint_last.pt"
+    last.write_bytes((run / "checkpoints" / "checkpoint_1.pt").read_bytes())  # weights only
+    metrics = (run / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=4", quiet=False)) == 2
+    line = capsys.readouterr().err.strip()
+    assert "not the training state" in line and f"--init-from {last} --out NEW_DIR" in line
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_run_of_an_earlier_nmt_without_its_last_checkpoint_is_told_to_link_the_newest(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=2", "train.save_every_updates=2")) == 0
+    checkpoints = run / "checkpoints"
+    # An earlier nmt's numbered checkpoints held the training state.
+    (checkpoints / "checkpoint_2.pt").write_bytes((checkpoints / "checkpoint_last.pt").read_bytes())
+    (checkpoints / "checkpoint_last.pt").unlink()
+    capsys.readouterr()
+    assert nmt(*train_args(corpus.data, run, "train.max_updates=4", quiet=False)) == 2
+    line = capsys.readouterr().err.strip()
+    assert f"ln -f {checkpoints / 'checkpoint_2.pt'} {run / 'checkpoints' / 'checkpoint_last.pt'}" in line

@@ -221,6 +221,24 @@ def test_a_rerun_after_a_failed_step_downloads_nothing_again(tmp_path: Path, mir
     assert (work / "data" / "meta.json").is_file()
 
 
+def test_downloaded_archives_are_extracted_again_without_the_network(tmp_path: Path, mirror: Mirror) -> None:
+    pair = PAIRS["wmt14_en_de"]
+    train = make_archives(pair, tmp_path / "statmt")
+    cache = tmp_path / "sacrebleu"
+    sacrebleu_cache(pair, cache)
+    work = tmp_path / "work"
+    assert run_script(pair, work, {"WMT_MIRROR": mirror.url, "SACREBLEU": str(cache)}).returncode == 0
+    # As a run that failed while extracting leaves it: the archives downloaded, nothing after.
+    for marker in (work / "orig").glob("*.extracted"):
+        marker.unlink()
+    for made in (*(work / "raw").glob("train.*"), *(work / "data").iterdir()):
+        made.unlink()
+    (work / "data").rmdir()
+    done = run_script(pair, work, {"WMT_MIRROR": closed_port(), "SACREBLEU": str(cache)})
+    assert done.returncode == 0, done.stderr
+    assert (work / "raw" / "train.de").read_text().splitlines() == train["de"]
+
+
 def test_archives_in_a_local_folder_need_no_network(tmp_path: Path) -> None:
     pair = PAIRS["wmt14_en_fr"]
     train = make_archives(pair, tmp_path / "statmt")
