@@ -68,7 +68,8 @@ def tree_rss(pid: int) -> int:
 
 
 def run_prepare(command: list[str]) -> tuple[float, int]:
-    """Run `command`, sampling its process tree's memory; returns (seconds, peak bytes)."""
+    """Run `command` (nmt prepare here, any command for bench/scale.py), sampling its process
+    tree's memory; returns (seconds, peak bytes)."""
     peak = [0]
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=ROOT)
@@ -85,7 +86,7 @@ def run_prepare(command: list[str]) -> tuple[float, int]:
     done.set()
     sampler.join()
     if code != 0:
-        sys.exit(f"nmt prepare failed with exit code {code}")
+        sys.exit(f"bench: `{' '.join(command)}` failed with exit code {code}")
     return seconds, peak[0]
 
 

@@ -26,11 +26,9 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-from bench_prepare import tree_rss
+from bench_prepare import run_prepare
 from wmt_shaped import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,25 +49,8 @@ ONE_UPDATE = [
 
 def measured(*args: object) -> tuple[float, float]:
     """Run `python -m nmt_cli -q ARGS`: (seconds, peak RSS of its process tree in GB)."""
-    command = [sys.executable, "-m", "nmt_cli", "-q", *(str(a) for a in args)]
-    peak = [0]
-    start = time.monotonic()
-    process = subprocess.Popen(command, cwd=ROOT)
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], tree_rss(process.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    code = process.wait()
-    seconds = time.monotonic() - start
-    done.set()
-    sampler.join()
-    if code != 0:
-        raise SystemExit(f"bench: `{' '.join(command)}` failed with exit code {code}")
-    return round(seconds, 1), round(peak[0] / GB, 2)
+    seconds, peak = run_prepare([sys.executable, "-m", "nmt_cli", "-q", *(str(a) for a in args)])
+    return round(seconds, 1), round(peak / GB, 2)
 
 
 def disk(path: Path) -> float:
