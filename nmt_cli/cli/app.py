@@ -99,7 +99,7 @@ def prepare(
     max_ratio: Annotated[float, typer.Option(help="Drop pairs whose length ratio exceeds this.")] = 2.0,
     workers: Annotated[int, typer.Option(help="Encoding processes.")] = 1,
     errors: Annotated[
-        str, typer.Option(help="Invalid UTF-8: 'strict' stops, 'replace' carries on.")
+        str, typer.Option(help="Invalid UTF-8 or a NUL byte: 'strict' stops, 'replace' carries on.")
     ] = "strict",
     byte_fallback: Annotated[
         bool, typer.Option(help="Spell characters outside the vocabulary as UTF-8 bytes, not <unk>.")

@@ -315,7 +315,7 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     encoded, blank = [], np.zeros(len(raws[0]), bool)
     for side, key in enumerate(("src", "tgt")):
         lines = [
-            text.decode_line(raw, names[side], first + i, errors, UTF8_HINT)
+            text.corpus_line(raw, names[side], first + i, errors, UTF8_HINT)
             for i, raw in enumerate(raws[side])
         ]
         blank |= np.fromiter((not line.strip() for line in lines), bool, count=len(lines))

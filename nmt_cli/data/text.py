@@ -73,7 +73,9 @@ def decode_line(
         # A NUL usually means UTF-16 or a binary file given by mistake; sentencepiece and
         # C-string based tools would silently cut the line there.
         column = raw.index(b"\x00") + 1
-        raise InputError(f"{name}:{lineno}: NUL byte at column {column}; is this a binary or UTF-16 file?")
+        raise InputError(
+            f"{name}:{lineno}: NUL byte at column {column}; is this a binary or UTF-16 file?{hint}"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -83,6 +85,14 @@ def decode_line(
         raise InputError(
             f"{name}:{lineno}: invalid UTF-8 (byte 0x{bad} at byte {err.start + 1}){hint}"
         ) from None
+
+
+def corpus_line(raw: bytes, name: str, lineno: int, errors: str, hint: str) -> str:
+    """A line of a corpus given to `nmt prepare`. With errors "replace" a stray NUL byte becomes a
+    space, as translation makes it, except in a file's first line: there it is the sign of a
+    UTF-16 or binary file, refused whatever `errors` says."""
+    nul = " " if errors == "replace" and lineno > 1 else None
+    return decode_line(raw, name, lineno, errors, hint, nul)
 
 
 def iter_lines(

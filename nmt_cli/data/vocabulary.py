@@ -190,7 +190,7 @@ def sample_lines(
         draws = np.flatnonzero(rng.random(len(raws[0])) < p)[: keep - taken]
         for i in draws.tolist():
             for side in sides:
-                line = text.decode_line(raws[side][i], str(paths[side]), first + i, errors, UTF8_HINT)
+                line = text.corpus_line(raws[side][i], str(paths[side]), first + i, errors, UTF8_HINT)
                 if line.strip():
                     yield line
         taken += len(draws)

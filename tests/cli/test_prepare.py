@@ -239,7 +239,13 @@ def test_invalid_utf8_names_file_and_line(capsys, data: Path, tmp_path: Path, wh
 def test_nul_byte(capsys, data: Path, tmp_path: Path) -> None:
     raw = (data / "train.en").read_bytes()
     (data / "train.en").write_bytes(raw.replace(b"\n", b"\x00\n", 5).replace(b"\x00\n", b"\n", 4))
-    assert "train.en:5: NUL byte" in fails(capsys, data, tmp_path / "out")
+    err = fails(capsys, data, tmp_path / "out")
+    assert "train.en:5: NUL byte" in err and "--errors replace" in err
+    # A stray NUL in a large corpus need not end the run: it becomes a space, as translate makes it.
+    assert prepare(data, tmp_path / "out", "--errors", "replace") == 0
+    # In a file's first line it is the sign of a UTF-16 or binary file, whatever --errors says.
+    (data / "train.en").write_bytes(b"\x00" + raw)
+    assert "train.en:1: NUL byte" in fails(capsys, data, tmp_path / "out2", "--errors", "replace")
 
 
 def test_empty_corpus(capsys, data: Path, tmp_path: Path) -> None:
