@@ -21,7 +21,7 @@ from nmt_cli import __version__
 from nmt_cli.data import corpus, corpus_owner, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
-from nmt_cli.files import not_the_working_directory
+from nmt_cli.locking import not_the_working_directory
 from nmt_cli.ranges import Allowed, Range, check_each
 from nmt_cli.report import Reporter
 from nmt_cli.user_settings import PrepareConfig
