@@ -17,7 +17,8 @@ from nmt_cli.ranges import check_setting
 @dataclass(frozen=True)
 class DecodeOverrides:
     """Search settings given on the command line, to the Python API or in a request; None keeps
-    the checkpoint's recipe value. Each given value is checked on creation (`SettingError`)."""
+    the checkpoint's recipe value. Each given value is checked on creation (`SettingError`).
+    Its fields are `DecodeConfig`'s but `RECIPE_ONLY`, in the same order."""
 
     beam: int | None = None
     lenpen: float | None = None
@@ -38,6 +39,15 @@ class DecodeOverrides:
     def apply(self, base: DecodeConfig) -> DecodeConfig:
         """`base` with the given settings in place."""
         return dataclasses.replace(base, **self.given())  # type: ignore[arg-type]
+
+
+SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
+"""The search settings a call may give, by name: `nmt translate`'s options, the Python API's
+keywords and nmt's HTTP request fields of these names all fill a `DecodeOverrides`."""
+RECIPE_ONLY = ("early_stopping",)
+"""`DecodeConfig`'s settings that no call overrides (a recipe's or an imported model's own): every
+other field of `DecodeConfig` is one of `DecodeOverrides`, of the same name and type or None
+(tests/unit/test_decode_settings_declared.py holds the two equal)."""
 
 
 @dataclass(frozen=True)

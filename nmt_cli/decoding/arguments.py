@@ -7,7 +7,6 @@ overrides, a call's flags and the settings a call was made with.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +18,8 @@ from nmt_cli.decoding.settings import DecodeOptions, DecodeSettings, Sampling, w
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import SettingError
 from nmt_cli.ranges import check_setting
-from nmt_cli.user_settings import DecodeOverrides
+from nmt_cli.user_settings import SEARCH_FIELDS, DecodeOverrides
 
-SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 Settings = Callable[[DecodeOverrides, int | None, int | None, Sampling | None], DecodeSettings]
 """`Translator.settings`: the checked settings of a call."""
 

@@ -3,7 +3,6 @@ JSON body, its lines and its decode settings (by the same rules as `nmt translat
 and the language pair (`Served`: its translator and queue) a request is routed to. Anything
 wrong is a `BadRequest` naming the field."""
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,14 +15,13 @@ from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling,
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.refusals import CONSTRAINTS_SHAPE, NMT, TERMS, BadRequest, Wording
-from nmt_cli.user_settings import DecodeOverrides
+from nmt_cli.user_settings import SEARCH_FIELDS, DecodeOverrides
 
 if TYPE_CHECKING:
     from nmt_cli.decoding.texts import Result
     from nmt_cli.decoding.translator import Translator
     from nmt_cli.serving.batcher import Batcher
 
-SEARCH_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeOverrides))
 TEXT_FIELDS = ("format", "split_sentences", "alignments")
 TERM_FIELDS = ("constraints", "glossary", "ordered_constraints")
 FIELDS = (
