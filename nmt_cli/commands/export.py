@@ -1,10 +1,13 @@
-"""`nmt export`: a checkpoint as a model directory another engine loads (CTranslate2 today).
+"""`nmt export`: a checkpoint as a model directory another engine loads: CTranslate2's, or
+Hugging Face's Marian (`--format hf-marian`, which transformers' MarianMTModel and
+MarianTokenizer load).
 
 The directory is built under a temporary name beside OUT and renamed at the end, so OUT is
-either absent or complete. The sentencepiece models travel with it: `spm.model` for a joint
-vocabulary, `src.spm.model` and `tgt.spm.model` otherwise; `nmt.json`, the length limits to
-pass to CTranslate2's translate_batch; and for a checkpoint with a shortlist (`nmt shortlist`),
-`vmap.txt`, CTranslate2's vocabulary map of the same candidates (`use_vmap=True`).
+either absent or complete. For CTranslate2, the sentencepiece models travel with it: `spm.model`
+for a joint vocabulary, `src.spm.model` and `tgt.spm.model` otherwise; `nmt.json`, the length
+limits to pass to CTranslate2's translate_batch; and for a checkpoint with a shortlist (`nmt
+shortlist`), `vmap.txt`, CTranslate2's vocabulary map of the same candidates (`use_vmap=True`).
+A Hugging Face Marian export holds the files `exporting.hf_marian` lists.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +27,15 @@ from nmt_cli.data import spm, tokenizer
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.decoding import loading
 from nmt_cli.errors import InputError, optional_import_failure
+from nmt_cli.exporting import hf_marian
 from nmt_cli.exporting.ctranslate2 import SPECIAL_PIECES, transformer_spec, unsupported
 from nmt_cli.files import hidden_name, own_descriptor, write_failure
 from nmt_cli.report import Reporter
 
-FORMATS = ("ctranslate2",)
+FORMATS = ("ctranslate2", "hf-marian")
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_bfloat16", "int16", "float16", "bfloat16")
 EXTRA = "pip install 'nmt-cli[ctranslate2]'"
+HF_EXTRA = "pip install 'nmt-cli[import]'"  # safetensors, which reading Marian models needs too
 # What an export directory holds: CTranslate2's files (of any version) and our sentencepiece models.
 EXPORT_FILES = {
     "model.bin",
@@ -42,6 +48,7 @@ EXPORT_FILES = {
     "nmt.json",
     "vmap.txt",
 }
+CTRANSLATE2_REQUIRED = ("model.bin", "config.json")
 LIMITS_FILE = "nmt.json"
 VMAP_FILE = "vmap.txt"  # the name CTranslate2 loads a vocabulary map from
 
@@ -73,7 +80,15 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         raise InputError(f"--format {fmt}: unknown format; use {', '.join(FORMATS)}")
     if quantization not in QUANTIZATIONS:
         raise InputError(f"--quantization {quantization}: use one of {', '.join(QUANTIZATIONS)}")
-    target = _target(out, force)
+    if fmt == "hf-marian":
+        if quantization != "none":
+            raise InputError(
+                f"--quantization {quantization}: --format hf-marian writes float32 weights; leave "
+                "--quantization out"
+            )
+        _export_hf_marian(model, out, force, reporter)
+        return
+    target = _target(out, force, EXPORT_FILES, CTRANSLATE2_REQUIRED, "CTranslate2")
     _import_ctranslate2()
 
     ckpt = checkpoint.load(model)
@@ -91,24 +106,13 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
         else None
     )
 
-    # Built in a directory of our own beside the target, then renamed into place: the target is
-    # either absent, the old export or the complete new one, and nothing else is ever deleted.
-    try:
-        holder = Path(tempfile.mkdtemp(prefix=hidden_name(target.name, ".tmp-", spare=8), dir=target.parent))
-    except OSError as err:
-        raise write_failure(err, f"--output {out}", "--output") from None
-    try:
-        staging = holder / "export"
+    def fill(staging: Path) -> None:
         write_model(spec, staging, quantization)
         _write_companions(staging, ckpt.spm, limits(cfg, config.decode))
         if shortlist is not None:
             (staging / VMAP_FILE).write_text(vocabulary_map(shortlist, *pieces), encoding="utf-8")
-        _swap(staging, target, holder / "replaced")
-    except OSError as err:
-        raise write_failure(err, f"--output {out}", "--output") from None
-    finally:
-        _put_back(holder / "replaced", target)
-        shutil.rmtree(holder, ignore_errors=True)
+
+    _staged(target, out, fill)
     weights = "float32" if quantization == "none" else quantization  # the spec holds float32 arrays
     reporter.info(f"exported {model} to {out} (CTranslate2, weights {weights})")
     if shortlist is not None:
@@ -116,6 +120,79 @@ def run(model: Path, fmt: str, out: Path, quantization: str, force: bool, quiet:
             f"its shortlist is {out / VMAP_FILE}: CTranslate2 decodes over it with "
             "translate_batch(..., use_vmap=True)"
         )
+
+
+def _export_hf_marian(model: Path, out: Path, force: bool, reporter: Reporter) -> None:
+    """`--format hf-marian`: the model as transformers' MarianMTModel, its tokenizer and its
+    search settings (`exporting.hf_marian`)."""
+    target = _target(out, force, set(hf_marian.FILES), hf_marian.REQUIRED, "Hugging Face Marian")
+    _import_safetensors()
+    ckpt = checkpoint.load(model)
+    config = ckpt.run_config(model)
+    cfg, decode = config.model, config.decode
+    models = (ckpt.spm["src"], ckpt.spm["tgt"])
+    moses = tokenizer.is_serialized(models[0])
+    reason = hf_marian.unsupported(cfg, ckpt.shortlist is not None, moses)
+    if reason is not None:
+        raise InputError(f"{model}: cannot export to Hugging Face Marian: {reason}")
+    pieces = (_pieces(models[0], model), _pieces(models[1], model))
+    net = loading.model_of(cfg, ckpt.model, model)
+    shared = net.src_embed.tokens is net.tgt_embed.tokens
+    state = net.state_dict()
+    if cfg.positions == "sinusoidal":  # nmt's interleaved layout, reordered to Marian's
+        state = hf_marian.to_halves(state, hf_marian.halves_order(cfg.d_model))
+    weights = hf_marian.tensors(state, cfg, shared)
+    configs = (
+        hf_marian.model_config(cfg, shared),
+        hf_marian.generation_config(cfg, decode),
+        hf_marian.tokenizer_config(pieces[0] != pieces[1], ckpt.languages, cfg.max_positions),
+    )
+
+    def fill(staging: Path) -> None:
+        staging.mkdir()
+        hf_marian.write(staging, weights, configs, models, pieces)
+
+    _staged(target, out, fill)
+    reporter.info(f"exported {model} to {out} (Hugging Face Marian, weights float32)")
+    if decode.lenpen_style == "gnmt" and decode.lenpen != 0 and decode.beam > 1:
+        reporter.warn(
+            f"decode.lenpen_style = gnmt: transformers has no ((5 + |Y|) / 6)^alpha; generate divides "
+            f"by |Y|^{decode.lenpen:g} (`nmt translate --lenpen-style fairseq` decodes as it does)"
+        )
+    if decode.max_len_a > 0:
+        reporter.info(
+            f"generate has one max_length for every source: {configs[1]['max_length']}, this model's "
+            f"limit for its longest source ({decode.max_len_a:g} x source + {decode.max_len_b})"
+        )
+
+
+def _staged(target: Path, out: Path, fill: Callable[[Path], None]) -> None:
+    """The export written by `fill` into a directory (that it creates) of our own beside the
+    target, then renamed into place: the target is either absent, the old export or the complete
+    new one, and nothing else is ever deleted."""
+    try:
+        holder = Path(tempfile.mkdtemp(prefix=hidden_name(target.name, ".tmp-", spare=8), dir=target.parent))
+    except OSError as err:
+        raise write_failure(err, f"--output {out}", "--output") from None
+    try:
+        staging = holder / "export"
+        fill(staging)
+        _swap(staging, target, holder / "replaced")
+    except OSError as err:
+        raise write_failure(err, f"--output {out}", "--output") from None
+    finally:
+        _put_back(holder / "replaced", target)
+        shutil.rmtree(holder, ignore_errors=True)
+
+
+def _import_safetensors() -> None:
+    try:
+        import safetensors.torch  # noqa: F401
+    except ImportError as err:
+        missing = (
+            f"export to Hugging Face Marian needs the safetensors package, an optional extra: {HF_EXTRA}"
+        )
+        raise optional_import_failure(err, missing, "safetensors") from None
 
 
 def _import_ctranslate2() -> None:
@@ -189,9 +266,10 @@ def write_model(spec: Any, out_dir: Path, quantization: str) -> None:
     _Filled().convert(str(out_dir), quantization=None if quantization == "none" else quantization)
 
 
-def _target(out: Path, force: bool) -> Path:
-    """The directory to write (a link followed): new, or with --force an earlier CTranslate2
-    export, which alone is ever replaced; anything else there is refused before any work."""
+def _target(out: Path, force: bool, ours: set[str], required: tuple[str, ...], kind: str) -> Path:
+    """The directory to write (a link followed): new, or with --force an earlier export of this
+    `kind` (files among `ours`, the `required` ones there), which alone is ever replaced; anything
+    else there is refused before any work."""
     if own_descriptor(out) is not None:  # /dev/stdout and the like: a stream, never a directory
         raise InputError(f"--output {out}: a stream of this process, not a directory; name a directory")
     target = Path(os.path.realpath(out))
@@ -224,17 +302,17 @@ def _target(out: Path, force: bool) -> Path:
         not_files = sorted(name for name in entries if not stat.S_ISREG(os.lstat(target / name).st_mode))
     except OSError as err:  # a directory we may not read is not one we may replace
         raise write_failure(err, f"--output {out}", "--output") from None
-    strangers = sorted(entries - EXPORT_FILES)
-    if strangers or not_files or not {"model.bin", "config.json"} <= entries:
+    strangers = sorted(entries - ours)
+    if strangers or not_files or not set(required) <= entries:
         what = (
             f"it holds {strangers[0]}"
             if strangers
             else f"its {not_files[0]} is not a file"
             if not_files
-            else "it has no model.bin and config.json"
+            else f"it has no {' and '.join(required)}"
         )
         raise InputError(
-            f"--output {out}: not a CTranslate2 export ({what}); --force replaces only those: choose "
+            f"--output {out}: not a {kind} export ({what}); --force replaces only those: choose "
             "another --output"
         )
     return target
