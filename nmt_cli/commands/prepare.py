@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from nmt_cli import __version__
-from nmt_cli.data import corpus, corpus_owner, spm, text, vocabulary
+from nmt_cli.data import corpus, corpus_owner, corpus_writer, spm, text, vocabulary
 from nmt_cli.data.vocabulary import CHUNK, SEED, UTF8_HINT
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.locking import not_the_working_directory
@@ -49,10 +49,10 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     _check_options(cfg)
     models = _use_given_vocabulary(cfg, options)
     sources = _count_sources(cfg)
-    created = corpus.check_out_dir(out)
+    created = corpus_writer.check_out_dir(out)
     corpus_owner.refuse_foreign(out)
-    fingerprint = corpus.fingerprint({"train": sum(sources.corpora, ()), **sources.inputs}, options)
-    meta = corpus.find_reusable(out, fingerprint)
+    fingerprint = corpus_writer.fingerprint({"train": sum(sources.corpora, ()), **sources.inputs}, options)
+    meta = corpus_writer.find_reusable(out, fingerprint)
     if meta is not None:
         reporter.info(f"reusing {out}: inputs and options unchanged since it was prepared")
         _summary(reporter, meta)
@@ -62,10 +62,10 @@ def run(cfg: PrepareConfig, quiet: bool = False) -> None:
     try:
         meta = _prepare(staging, sources, models, src, tgt, options, workers, reporter)
         meta.fingerprint = fingerprint
-        corpus.publish(staging, out, meta)
+        corpus_writer.publish(staging, out, meta)
     except BaseException as err:  # Ctrl-C included: a failed run leaves nothing behind
-        corpus.discard_staging(staging)
-        corpus.remove_created(out, created)
+        corpus_writer.discard_staging(staging)
+        corpus_writer.remove_created(out, created)
         explained = _explained(err, out)
         if explained is None:
             raise
@@ -150,9 +150,9 @@ def _start(out: Path, created: Path | None) -> Path:
     """Create `out` if needed and a staging directory inside it."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return corpus.make_staging(out)
+        return corpus_writer.make_staging(out)
     except OSError as err:
-        corpus.remove_created(out, created)
+        corpus_writer.remove_created(out, created)
         raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
@@ -228,7 +228,7 @@ def _prepare(
     src_processor = spm.processors({"src": models[0], "tgt": models[1]}, tokenizers)[0]
     vocabulary.check_tags(src_processor, [*tags, *options.get("reserve", [])], options.get("spm_from"))
     sizes = [spm.load_processor(m).get_piece_size() for m in models]
-    dtype = corpus.token_dtype(max(sizes))
+    dtype = corpus_writer.token_dtype(max(sizes))
     parts = {
         "train": [
             (paths, n, tag) for paths, n, tag in zip(sources.corpora, sources.corpus_lines, tags, strict=True)
@@ -238,7 +238,7 @@ def _prepare(
     splits, flagged, corpora = {}, {}, []
     with spm.ParallelEncoder(models, workers, tokenizers) as encoder:
         for split, split_parts in parts.items():
-            writers = [corpus.SideWriter(staging, split, lang, dtype) for lang in (src, tgt)]
+            writers = [corpus_writer.SideWriter(staging, split, lang, dtype) for lang in (src, tgt)]
             flagged[split] = dict.fromkeys(REASONS, 0)
             for paths, n_pairs, tag in split_parts:
                 before = writers[0].sentences
@@ -341,7 +341,7 @@ def _encode_chunk(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
 def _encode_part(
     encoder: spm.ParallelEncoder,
-    writers: list[corpus.SideWriter],
+    writers: list[corpus_writer.SideWriter],
     split: str,
     paths: tuple[Path, Path],
     n_pairs: int,

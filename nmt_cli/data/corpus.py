@@ -1,5 +1,4 @@
-"""The binarized corpus on disk: a streaming writer with atomic publication, and a
-memory-mapped reader.
+"""The binarized corpus on disk: its layout, meta.json, and a memory-mapped reader.
 
 Layout of a prepared DATA_DIR (format 1):
     meta.json                  written last; its presence means the corpus is complete
@@ -8,20 +7,17 @@ Layout of a prepared DATA_DIR (format 1):
     {split}.{lang}.idx         int64 offsets, pairs + 1 of them, offsets[0] == 0
 Sentence i of a side is tokens[offsets[i]:offsets[i + 1]], without bos/eos.
 
-A run writes into a hidden staging directory inside DATA_DIR and renames its files into
-place only when all are complete, meta.json last, so an interrupted run never leaves
-something that looks like data.
+`corpus_writer` writes a run into a hidden staging directory inside DATA_DIR and renames its
+files into place only when all are complete, meta.json last, so an interrupted run never
+leaves something that looks like data.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
-import shutil
 import weakref
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +25,9 @@ from typing import Any
 import numpy as np
 
 from nmt_cli.errors import InputError
-from nmt_cli.files import process_alive
 
 FORMAT = 1
 META = "meta.json"
-STAGING_PREFIX = ".nmt-prepare-"
 
 
 @dataclass
@@ -101,149 +95,6 @@ def idx_name(split: str, lang: str) -> str:
 DTYPES = ("uint16", "int32")
 
 
-def token_dtype(vocab_size: int) -> str:
-    """uint16 halves the disk and page cache when every id fits; int32 otherwise."""
-    return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "int32"
-
-
-class SideWriter:
-    """Appends sentences of one split and side to `.bin` and `.idx` files as they are encoded,
-    so memory use does not depend on the corpus size."""
-
-    def __init__(self, directory: Path, split: str, lang: str, dtype: str) -> None:
-        self.dtype = np.dtype(dtype)
-        self.tokens = (directory / bin_name(split, lang)).open("wb")
-        self.offsets = (directory / idx_name(split, lang)).open("wb")
-        self.offsets.write(np.zeros(1, np.int64).tobytes())
-        self.total = 0
-        self.sentences = 0
-
-    def write(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """`tokens`: the flat ids of a chunk of sentences; `lengths`: pieces per sentence."""
-        self.tokens.write(tokens.astype(self.dtype, copy=False).tobytes())
-        self.offsets.write((self.total + np.cumsum(lengths, dtype=np.int64)).tobytes())
-        self.total += int(tokens.size)
-        self.sentences += int(lengths.size)
-
-    def close(self) -> None:
-        for stream in (self.tokens, self.offsets):
-            stream.flush()
-            os.fsync(stream.fileno())
-            stream.close()
-
-
-def check_out_dir(out: Path) -> Path | None:
-    """Fail before anything is written if `out` cannot be created or written; return the
-    topmost directory a run will have to create (None if `out` exists)."""
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(f"--out {out}: exists and is not a directory")
-        if not os.access(out, os.W_OK | os.X_OK):
-            raise InputError(f"--out {out}: directory is not writable")
-        return None
-    missing = out.absolute()
-    while not missing.parent.exists():
-        missing = missing.parent
-    parent = missing.parent
-    if not parent.is_dir():
-        raise InputError(f"--out {out}: cannot create it, {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: cannot create it, {parent} is not writable")
-    return missing
-
-
-def remove_created(out: Path, created: Path | None) -> None:
-    """Remove the (empty) directories from `out` up to `created`, so that a failed run
-    leaves nothing behind."""
-    if created is None:
-        return
-    path = out.absolute()
-    while True:
-        try:
-            path.rmdir()
-        except OSError:
-            return
-        if path == created:
-            return
-        path = path.parent
-
-
-def discard_staging(staging: Path) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
-
-
-def make_staging(out: Path) -> Path:
-    """A fresh staging directory inside `out`; leftovers of dead runs are removed first."""
-    for old in out.glob(f"{STAGING_PREFIX}*"):
-        pid = old.name[len(STAGING_PREFIX) :]
-        if not pid.isdigit() or not process_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    staging = out / f"{STAGING_PREFIX}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    return staging
-
-
-def publish(staging: Path, out: Path, meta: CorpusMeta) -> None:
-    """Move every staged file into `out`, then write meta.json: the last step, atomically.
-
-    The old meta.json goes first so that old metadata never describes new files; files of
-    the old corpus that the new one lacks (say, a test split no longer given) go too.
-    """
-    old_files = _old_files(out)
-    (out / META).unlink(missing_ok=True)
-    for path in sorted(staging.iterdir()):
-        os.replace(path, out / path.name)
-    for name in old_files - set(meta.files):
-        (out / name).unlink(missing_ok=True)
-    temp = staging / META
-    with temp.open("w", encoding="utf-8") as stream:
-        stream.write(json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())  # on disk before the rename makes it count
-    os.replace(temp, out / META)
-    staging.rmdir()
-
-
-def _old_files(out: Path) -> set[str]:
-    try:
-        files = json.loads((out / META).read_text(encoding="utf-8")).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        return set()
-    # Only plain names: a damaged meta.json must not make us delete outside `out`.
-    return {name for name in files if isinstance(name, str) and name == Path(name).name}
-
-
-def fingerprint(inputs: Mapping[str, tuple[Path, ...]], options: dict) -> str:
-    """What decides a prepared corpus: the options and each input file's path, size and mtime."""
-    stats = {
-        split: [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
-        for split, paths in inputs.items()
-    }
-    blob = json.dumps({"format": FORMAT, "options": options, "inputs": stats}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def find_reusable(out: Path, fingerprint: str) -> CorpusMeta | None:
-    """meta.json of a complete corpus in `out` made from the same inputs and options, or None."""
-    if not (out / META).is_file():
-        return None
-    try:
-        meta = load_meta(out)
-    except InputError:
-        return None
-    if meta.fingerprint != fingerprint:
-        return None
-    written = (out / META).stat().st_mtime_ns  # meta.json is written after every file it lists
-    for name, size in meta.files.items():
-        path = out / name
-        # A file changed since (bytes overwritten in place keep its size) is redone, as the
-        # messages about a damaged corpus tell the user to do.
-        if not path.is_file() or path.stat().st_size != size or path.stat().st_mtime_ns > written:
-            return None
-    return meta
-
-
 def load_meta(data_dir: Path) -> CorpusMeta:
     """meta.json of a prepared corpus, or an InputError saying what to run."""
     data_dir = Path(data_dir)
@@ -270,7 +121,7 @@ class TokenArray:
     Training reads sentences at random, so with files behind it a sentence and its offsets are
     read with pread instead of through the mappings: the pages stay in the shared page cache
     rather than in each process's resident memory, where touched pages of a 36M-pair corpus
-    would otherwise pile up update after update (measured: 3-5 MB an update at 2M pairs)."""
+    would otherwise pile up update after update (docs/benchmarks.md, training start-up memory)."""
 
     def __init__(
         self,
@@ -363,7 +214,7 @@ def _map(path: Path, dtype: str) -> np.ndarray:
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
     if hasattr(mapped, "madvise"):
         # Training reads pairs at random: without this, each page fault also maps the pages
-        # around it, and every update left ~3 MB more of the corpus resident (measured at 2M pairs).
+        # around it, and every update left more of the corpus resident (docs/benchmarks.md).
         mapped.madvise(mmap.MADV_RANDOM)
     return np.frombuffer(mapped, dtype=dtype)
 

@@ -41,7 +41,7 @@ def _corpus_shaped(name: str) -> bool:
 
 
 def _is_corpus_meta(path: Path) -> bool:
-    """Whether `path` is a meta.json as `corpus.publish` writes it: a JSON object with every key
+    """Whether `path` is a meta.json as `corpus_writer.publish` writes it: a JSON object with every key
     that CorpusMeta requires. Its values are not checked: a corpus of another version, or a
     damaged one, is still ours to replace."""
     try:

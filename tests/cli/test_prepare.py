@@ -18,7 +18,7 @@ import pytest
 
 from nmt_cli.cli.main import main
 from nmt_cli.commands import prepare as prepare_command
-from nmt_cli.data import corpus, spm, vocabulary
+from nmt_cli.data import corpus, corpus_writer, spm, vocabulary
 from nmt_cli.errors import InputError, Terminated
 
 EN = "a dog cat man woman runs sleeps on the big small red blue street house bridge girl boy".split()
@@ -303,16 +303,16 @@ def test_failed_rerun_keeps_the_old_corpus(capsys, data: Path, tmp_path: Path) -
 def test_interrupted_run_leaves_nothing_that_looks_like_data(data: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    killed = out / f"{corpus.STAGING_PREFIX}999999999"  # what a SIGKILLed run leaves
+    killed = out / f"{corpus_writer.STAGING_PREFIX}999999999"  # what a SIGKILLed run leaves
     killed.mkdir()
     (killed / "train.en.bin").write_bytes(b"partial")
     with pytest.raises(InputError, match="not a prepared corpus"):
         corpus.load_meta(out)
 
-    def interrupt(self: corpus.SideWriter) -> None:
+    def interrupt(self: corpus_writer.SideWriter) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(corpus.SideWriter, "close", interrupt)
+    monkeypatch.setattr(corpus_writer.SideWriter, "close", interrupt)
     assert prepare(data, out) == 130  # Typer turns Ctrl-C into exit 130
     assert list(out.iterdir()) == []  # the dead run's staging went too
     monkeypatch.undo()
@@ -399,7 +399,7 @@ def test_an_empty_directory_or_a_corpus_cut_short_while_published_is_written(
     assert prepare(data, out) == 0
     # What a run killed while it moved its files in leaves: no meta.json yet, the staging directory.
     (out / "meta.json").unlink()
-    (out / f"{corpus.STAGING_PREFIX}999999999").mkdir()
+    (out / f"{corpus_writer.STAGING_PREFIX}999999999").mkdir()
     assert prepare(data, out, "--no-joint") == 0
     assert corpus.load_meta(out).joint is False and len(corpus.load_split(out, "train")) == 300
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
@@ -419,13 +419,13 @@ def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(
 ) -> None:
     out = tmp_path / "out"
     monkeypatch.setattr(prepare_command, "CHUNK", 16)  # many tasks: some are in flight at the kill
-    write = corpus.SideWriter.write
+    write = corpus_writer.SideWriter.write
     killed: list[object] = []  # the worker killed
     # Workers of an earlier test's pool (left to the collector) may still be alive: kill prepare's.
     others = set(multiprocessing.active_children())
 
     def write_after_killing_a_worker(
-        self: corpus.SideWriter, tokens: np.ndarray, lengths: np.ndarray
+        self: corpus_writer.SideWriter, tokens: np.ndarray, lengths: np.ndarray
     ) -> None:
         if not killed:
             worker = next(c for c in multiprocessing.active_children() if c not in others)
@@ -434,7 +434,7 @@ def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(
             killed.append(worker)
         write(self, tokens, lengths)
 
-    monkeypatch.setattr(corpus.SideWriter, "write", write_after_killing_a_worker)
+    monkeypatch.setattr(corpus_writer.SideWriter, "write", write_after_killing_a_worker)
     capsys.readouterr()
     codes: list[int] = []
     run = threading.Thread(target=lambda: codes.append(prepare(data, out, "--workers", "2")), daemon=True)

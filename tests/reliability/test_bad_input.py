@@ -29,6 +29,7 @@ from conftest import WORDS, Corpus, TrainedRun, nmt, prepare_args, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.data import corpus as corpus_io
+from nmt_cli.data import corpus_writer
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
@@ -114,15 +115,15 @@ def test_prepare_full_disk_while_binarizing(
 ) -> None:
     """ENOSPC in the middle of writing the binarized corpus: exit 1, one line, nothing left."""
     writes = []
-    real_write = corpus_io.SideWriter.write
+    real_write = corpus_writer.SideWriter.write
 
-    def write(self: corpus_io.SideWriter, tokens, lengths) -> None:
+    def write(self: corpus_writer.SideWriter, tokens, lengths) -> None:
         writes.append(1)
         if len(writes) > 1:
             raise ENOSPC
         real_write(self, tokens, lengths)
 
-    monkeypatch.setattr(corpus_io.SideWriter, "write", write)
+    monkeypatch.setattr(corpus_writer.SideWriter, "write", write)
     out = tmp_path / "new" / "out"
     code, _, err = run(capsys, *prepare_args(out, corpus.raw / "train", valid=corpus.raw / "valid"))
     assert code == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt_cli.data import corpus, spm
+from nmt_cli.data import corpus, corpus_writer, spm
 from nmt_cli.errors import InputError, Terminated
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -53,7 +53,7 @@ def learn_spm(lines: Iterable[str], vocab_size: int, what: str, byte_fallback: b
 
 
 def write_side(directory: Path, split: str, lang: str, arrays: list[list[int]], dtype: str) -> None:
-    writer = corpus.SideWriter(directory, split, lang, dtype)
+    writer = corpus_writer.SideWriter(directory, split, lang, dtype)
     for start in range(0, len(arrays), 3):  # several chunks, as prepare writes them
         block = arrays[start : start + 3]
         flat = np.array([i for ids in block for i in ids], np.int32)
@@ -123,9 +123,9 @@ def test_lengths_are_read_in_chunks_and_capped(tmp_path: Path, monkeypatch: pyte
 
 
 def test_token_dtype() -> None:
-    assert corpus.token_dtype(32000) == "uint16"
-    assert corpus.token_dtype(65536) == "uint16"
-    assert corpus.token_dtype(65537) == "int32"
+    assert corpus_writer.token_dtype(32000) == "uint16"
+    assert corpus_writer.token_dtype(65536) == "uint16"
+    assert corpus_writer.token_dtype(65537) == "int32"
 
 
 def test_load_meta_errors(tmp_path: Path) -> None:
@@ -159,12 +159,12 @@ def test_publish_moves_files_then_writes_meta_and_drops_stale_ones(tmp_path: Pat
     (out / "old.bin").write_bytes(b"old")
     (out / "keep.txt").write_text("a user's file")
     (out / "meta.json").write_text(json.dumps({"format": 1, "files": {"old.bin": 3, "../x": 1}}))
-    stale = out / f"{corpus.STAGING_PREFIX}999999999"  # a dead run's leftovers
+    stale = out / f"{corpus_writer.STAGING_PREFIX}999999999"  # a dead run's leftovers
     stale.mkdir()
-    staging = corpus.make_staging(out)
-    assert not stale.exists() and staging.name == f"{corpus.STAGING_PREFIX}{os.getpid()}"
+    staging = corpus_writer.make_staging(out)
+    assert not stale.exists() and staging.name == f"{corpus_writer.STAGING_PREFIX}{os.getpid()}"
     (staging / "train.en.bin").write_bytes(b"new")
-    corpus.publish(staging, out, corpus.CorpusMeta(**fake_meta(0, files={"train.en.bin": 3})))
+    corpus_writer.publish(staging, out, corpus.CorpusMeta(**fake_meta(0, files={"train.en.bin": 3})))
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "meta.json", "train.en.bin"]
     assert json.loads((out / "meta.json").read_text())["files"] == {"train.en.bin": 3}
 
@@ -183,7 +183,9 @@ def test_round_trip_non_latin_and_emoji(tmp_path: Path) -> None:
     lines = TRICKY + sentences(20, seed=1)
     flat, lengths = spm.encode_lines(processor, lines)
     assert UNK_ID not in flat.tolist() and BOS_ID not in flat.tolist() and EOS_ID not in flat.tolist()
-    writer = corpus.SideWriter(tmp_path, "valid", "de", corpus.token_dtype(processor.get_piece_size()))
+    writer = corpus_writer.SideWriter(
+        tmp_path, "valid", "de", corpus_writer.token_dtype(processor.get_piece_size())
+    )
     writer.write(flat, lengths)
     writer.close()
     array = corpus.load_array(tmp_path, "valid", "de", "uint16")
