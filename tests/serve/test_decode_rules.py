@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import TrainedRun, nmt, one_line_error, one_thread
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, Sampling
 from nmt_cli.decoding.translator import Translator
@@ -97,7 +97,7 @@ def test_nmt_serve_refuses_runtime_settings_as_the_command_line_does(
 
 @pytest.fixture(scope="module")
 def server(trained: TrainedRun) -> Iterator[Server]:
-    with running_server(trained.checkpoint) as running:
+    with serving_in_process(trained.checkpoint) as running:
         yield running
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Pairs
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 LINES = ["apple river stone cloud", "green music paper", "silver window orange garden yellow"]
 GLOSSARY = {"river": "tiger", "paper": "winter", "orange": "friend"}
@@ -17,7 +17,7 @@ PLACED = ["apple tiger stone cloud", "green music winter", "silver window friend
 
 @pytest.fixture(scope="module")
 def server(pairs: Pairs) -> Iterator[Server]:
-    with running_server(pairs.en_de) as running:
+    with serving_in_process(pairs.en_de) as running:
         yield running
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TrainedRun, nmt, one_line_error, one_thread
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.translator import Translator
 from nmt_cli.errors import InputError
@@ -64,7 +64,7 @@ def test_the_api_raises_an_input_error_naming_the_text(translator: Translator, h
 
 @pytest.fixture(scope="module")
 def server(trained: TrainedRun) -> Iterator[Server]:
-    with running_server(trained.checkpoint) as running:
+    with serving_in_process(trained.checkpoint) as running:
         yield running
 
 

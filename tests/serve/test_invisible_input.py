@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TrainedRun, nmt, nmt_command, one_thread, subprocess_env
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.translator import Translator
 
@@ -105,7 +105,7 @@ def test_nmt_translate_from_a_file_and_from_stdin(
 
 @pytest.fixture(scope="module")
 def server(trained: TrainedRun) -> Iterator[Server]:
-    with running_server(trained.checkpoint) as running:
+    with serving_in_process(trained.checkpoint) as running:
         yield running
 
 

@@ -1,6 +1,7 @@
 """The refusals both shapes of POST /translate share (`serving.refusals`), each driven through
-both routes of a real server: nmt's own names `text[i]` (422 for a bad field), LibreTranslate's
-names `q[i]` with its 400 and "Invalid request: ", and neither names the other's fields. And
+both routes of the server (its app, in process): nmt's own names `text[i]` (422 for a bad
+field), LibreTranslate's names `q[i]` with its 400 and "Invalid request: ", and neither names
+the other's fields. And
 LibreTranslate's route enforces nmt's "constraints" as it does the glossary, in q's shape."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import Pairs
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 from nmt_cli.serving import refusals
 from nmt_cli.serving.refusals import Refusal
@@ -47,7 +48,7 @@ NAMES = {id(value): name.lower() for name, value in vars(refusals).items() if is
 @pytest.fixture(scope="module")
 def server(pairs: Pairs) -> Iterator[Server]:
     limits = ("--max-queue", MAX_QUEUE, "--max-lines", MAX_QUEUE, "--max-html-tags", MAX_TAGS)
-    with running_server(pairs.en_de, "--workers", 1, *limits) as running:
+    with serving_in_process(pairs.en_de, "--workers", 1, *limits) as running:
         yield running
 
 

@@ -1,8 +1,10 @@
-"""`nmt serve` as a real process on 127.0.0.1 with the tiny copy model, through a real HTTP client:
-concurrent requests are merged into batches and each gets its own lines' translations (equal to
-the Python API's), decode settings are never mixed in a batch, bad requests get a 4xx naming the
-field and never reach the model, a full queue gives 503 with Retry-After, a client that goes away
-disturbs no one, and SIGTERM finishes the requests in flight and exits 0."""
+"""`nmt serve` with the tiny copy model, its app in process (`serving_in_process`) where requests
+and answers are the subject, a real process on 127.0.0.1 where sockets, signals, worker processes
+or the exit are: concurrent requests are merged into batches and each gets its own lines'
+translations (equal to the Python API's), decode settings are never mixed in a batch, bad
+requests get a 4xx naming the field and never reach the model, a full queue gives 503 with
+Retry-After, a client that goes away disturbs no one, and SIGTERM finishes the requests in flight
+and exits 0."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env, wait_until
-from serve_helpers import Server, running_server
+from serve_helpers import Server, running_server, serving_in_process
 
 import nmt_cli
 from nmt_cli.decoding.settings import Sampling
@@ -33,10 +35,19 @@ MAX_INPUT_CHARS = 200
 WAIT_MS = 500  # long enough for requests sent together to share a batch on two busy cores
 
 
+OPTIONS = ["--max-wait-ms", WAIT_MS, "--max-lines", MAX_LINES, "--max-input-chars", MAX_INPUT_CHARS]
+
+
 @pytest.fixture(scope="module")
 def server(trained: TrainedRun) -> Iterator[Server]:
-    options = ["--max-wait-ms", WAIT_MS, "--max-lines", MAX_LINES, "--max-input-chars", MAX_INPUT_CHARS]
-    with running_server(trained.checkpoint, *options) as running:
+    with serving_in_process(trained.checkpoint, *OPTIONS) as serving:
+        yield serving
+
+
+@pytest.fixture(scope="module")
+def real_server(trained: TrainedRun) -> Iterator[Server]:
+    """For the tests of what uvicorn and the process do: raw sockets, upgrades, signals."""
+    with running_server(trained.checkpoint, *OPTIONS) as running:
         yield running
 
 
@@ -220,20 +231,20 @@ def test_bad_requests_get_4xx_naming_the_field_and_never_reach_the_model(server:
 
 def test_head_answers_wherever_get_does(server: Server) -> None:
     for path in ("/", "/health", "/languages"):
-        head = httpx.head(server.url + path, timeout=30)
+        head = server.request("HEAD", path)
         assert head.status_code == 200 and head.content == b"", path
         assert head.headers["content-type"] == server.get(path).headers["content-type"]
 
 
-def test_a_websocket_upgrade_is_answered_as_http(server: Server) -> None:
+def test_a_websocket_upgrade_is_answered_as_http(real_server: Server) -> None:
     upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
     upgrade["Sec-WebSocket-Key"] = "dGhlIHNhbXBsZSBub25jZQ=="
-    response = httpx.get(server.url + "/health", headers=upgrade, timeout=30)
+    response = httpx.get(real_server.url + "/health", headers=upgrade, timeout=30)
     assert response.status_code == 200 and "batches" in response.json()  # no route for WebSockets
 
 
-def test_bytes_that_are_not_http_get_a_json_400(server: Server) -> None:
-    host, port = server.url.removeprefix("http://").split(":")
+def test_bytes_that_are_not_http_get_a_json_400(real_server: Server) -> None:
+    host, port = real_server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
         data = b""
@@ -248,7 +259,7 @@ def test_a_request_larger_than_the_whole_queue_is_413_not_503(trained: TrainedRu
     # Three texts of four sentences each: twelve lines for a queue of eight. A 503 would have
     # the client retry for ever.
     texts = [" ".join(f"{s.capitalize()}." for s in sentences(4, seed=seed)) for seed in (21, 22, 23)]
-    with running_server(trained.checkpoint, "--max-queue", 8, "--max-lines", 8) as server:
+    with serving_in_process(trained.checkpoint, "--max-queue", 8, "--max-lines", 8) as server:
         response = server.post({"text": texts})
         assert response.status_code == 413, response.text
         assert "Retry-After" not in response.headers
@@ -258,11 +269,11 @@ def test_a_request_larger_than_the_whole_queue_is_413_not_503(trained: TrainedRu
         assert server.post({"text": texts[:2]}).status_code == 200  # eight: they fit
 
 
-def test_a_client_that_goes_away_does_not_disturb_the_batch(server: Server, offline: Translator) -> None:
+def test_a_client_that_goes_away_does_not_disturb_the_batch(real_server: Server, offline: Translator) -> None:
     body = json.dumps({"text": ["apple river stone"]}).encode()
-    host, port = server.url.removeprefix("http://").split(":")
+    host, port = real_server.url.removeprefix("http://").split(":")
     lines = sentences(3, seed=13)
-    before = server.stats()
+    before = real_server.stats()
 
     def hang_up() -> httpx.Response:
         with socket.create_connection((host, int(port))) as sock:
@@ -270,20 +281,20 @@ def test_a_client_that_goes_away_does_not_disturb_the_batch(server: Server, offl
             sock.sendall(head.encode() + body)
             # Gone once its line is queued (the other request brings 3): a client that hangs up
             # before the server read its body is refused unqueued, which is not this test's case.
-            wait_until(lambda: server.stats()["lines"] - before["lines"] in (1, 4), "the line queued")
+            wait_until(lambda: real_server.stats()["lines"] - before["lines"] in (1, 4), "the line queued")
         return httpx.Response(499)  # gone before the answer
 
-    responses = together([hang_up, lambda: server.post({"text": lines})])
+    responses = together([hang_up, lambda: real_server.post({"text": lines})])
     assert responses[1].status_code == 200
     assert responses[1].json() == {"translations": translate_offline(offline, lines)}
-    assert server.stats()["requests"] - before["requests"] == 2
-    assert server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
-    assert "Traceback" not in server.text()
+    assert real_server.stats()["requests"] - before["requests"] == 2
+    assert real_server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
+    assert "Traceback" not in real_server.text()
 
 
 def test_a_full_queue_answers_503_with_retry_after(trained: TrainedRun, offline: Translator) -> None:
     options = ["--max-queue", 2, "--max-lines", 2, "--max-wait-ms", 3000]
-    with running_server(trained.checkpoint, *options) as server:
+    with serving_in_process(trained.checkpoint, *options) as server:
         lines = sentences(2, seed=14)
         first: list[httpx.Response] = []
         waiting = threading.Thread(target=lambda: first.append(server.post({"text": lines})))
@@ -456,21 +467,21 @@ def test_two_servers_started_at_once_on_one_port_one_serves_one_refuses(trained:
                 server.wait(60)
 
 
-def test_a_request_whose_client_went_away_is_not_decoded(server: Server) -> None:
+def test_a_request_whose_client_went_away_is_not_decoded(real_server: Server) -> None:
     body = json.dumps({"text": ["apple river stone"]}).encode()
-    host, port = server.url.removeprefix("http://").split(":")
-    before = server.stats()
+    host, port = real_server.url.removeprefix("http://").split(":")
+    before = real_server.stats()
     with socket.create_connection((host, int(port))) as sock:  # gone while its request waits (500 ms)
         head = f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
         sock.sendall(head.encode() + body)
-        server.wait_for_queued(1)
+        real_server.wait_for_queued(1)
     deadline = time.monotonic() + 10
-    while server.stats()["cancelled"] == before["cancelled"]:
-        assert time.monotonic() < deadline, server.text()
+    while real_server.stats()["cancelled"] == before["cancelled"]:
+        assert time.monotonic() < deadline, real_server.text()
         time.sleep(0.05)
-    after = server.stats()
+    after = real_server.stats()
     assert after["cancelled"] == before["cancelled"] + 1 and after["batches"] == before["batches"]
-    assert server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
+    assert real_server.post({"text": ["green music"]}).json() == {"translations": ["green music"]}
 
 
 def cpu_ticks(pid: int) -> int:
@@ -504,18 +515,17 @@ def test_workers_killed_mid_request_fail_it_with_503_and_sigterm_still_exits(tra
         assert server.process.wait(30) == 0
 
 
-def test_sighup_without_api_keys_leaves_the_server_serving(server: Server) -> None:
-    server.process.send_signal(signal.SIGHUP)  # its default action would end the process at once
-    assert server.post({"text": ["apple"]}).status_code == 200
-    assert server.process.poll() is None
+def test_sighup_without_api_keys_leaves_the_server_serving(real_server: Server) -> None:
+    real_server.process.send_signal(signal.SIGHUP)  # its default action would end the process at once
+    assert real_server.post({"text": ["apple"]}).status_code == 200
+    assert real_server.process.poll() is None
 
 
 def test_a_json_body_sent_as_a_form_is_read_as_json(server: Server, offline: Translator) -> None:
     """What `curl -d '{...}'` sends: the README's examples, as written."""
     body = json.dumps({"text": ["apple river", "stone"], "beam": 2, "nbest": 2})
-    response = httpx.post(
-        server.url + "/translate", content=body, headers={"content-type": "application/x-www-form-urlencoded"}
-    )
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    response = server.request("POST", "/translate", content=body, headers=form)
     assert response.status_code == 200, response.text
     with one_thread():
         expected = offline.translate_nbest(["apple river", "stone"], nbest=2, beam=2)

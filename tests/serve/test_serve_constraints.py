@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Pairs
-from serve_helpers import Server, running_server
+from serve_helpers import Server, serving_in_process
 
 
 @pytest.fixture(scope="module")
 def server(pairs: Pairs) -> Iterator[Server]:
-    with running_server(pairs.en_de) as running:
+    with serving_in_process(pairs.en_de) as running:
         yield running
 
 

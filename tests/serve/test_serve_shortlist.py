@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Corpus
-from serve_helpers import running_server
+from serve_helpers import serving_in_process
 
 from nmt_cli import Translator
 
@@ -16,7 +16,7 @@ def test_serve_decodes_over_the_shortlist_by_default_and_per_request(listed: Pat
     pytest.importorskip("fastapi")
     lines = corpus.test_src[:20]
     offline = Translator.load(listed, device="cpu", precision="fp32")
-    with running_server(listed, "--shortlist") as server:
+    with serving_in_process(listed, "--shortlist") as server:
         info = server.get("/info").json()
         assert info["shortlist"] == {"candidates": 3, "frequent": 0}
         assert info["decode"]["shortlist"] is True
