@@ -41,8 +41,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py --data $(DATA)
 
+# The GPU tests (skipped without CUDA), then the figures; the exit status fails if either did.
 gpu-check: $(STAMP)
-	$(BIN)/python bench/gpu_check.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m gpu tests/gpu; tests=$$?; \
+	$(BIN)/python bench/gpu_check.py && exit $$tests
 
 # The figures of a lent GPU against their targets in <= 8 minutes (a CPU dry run without CUDA).
 # No .venv is made: a GPU machine runs it with its own python3 and torch (`bash bench/gpu_run.sh`

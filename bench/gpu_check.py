@@ -1,36 +1,32 @@
-"""`make gpu-check`: run every CUDA path of nmt_cli once and report what happened, as JSON.
+"""`make gpu-check`: measure nmt_cli's CUDA paths once and report the figures, as JSON.
 
-Steps: training updates in fp32, bf16 and fp16; an fp16 overflow skipped by the loss scaler; the
-host synchronisations of an update; `nmt train` resumed across precisions; torchrun against one
-process; the SDPA backends and the attention-mask invariants; training and decoding throughput of
-the paper's base and big models; training through torch.compile against the eager model
+Steps: which SDPA kernels run for training and decoding shapes; training and decoding throughput
+of the paper's base and big models (MFU); training through torch.compile against the eager model
 (`--compile-modes`, e.g. default,reduce-overhead for CUDA graphs); bf16 against fp32 decoding
-with and without cuDNN attention; constrained decoding with word alignment read during the
-search, against the CPU's; packed batches, the bf16 copy and torch.compile against the padded
-autocast update, and train.fit_batch's batch for the WMT14 recipes (bench/gpu_paths.py);
-fairseq beside nmt, training and decoding the same data in the same run
-(bench/side_by_side.py; skipped where fairseq is not importable). Each step is {"name",
+with and without cuDNN attention; the throughput of packed batches, the bf16 copy and
+torch.compile against the padded autocast update, and train.fit_batch's batch for the WMT14
+recipes (bench/gpu_paths.py); fairseq beside nmt, training and decoding the same data in the
+same run (bench/side_by_side.py; skipped where fairseq is not importable). Each step is {"name",
 "ok", figures..., "error" when it failed}; a failing step does not stop the others, and the exit
-status is 1 when any failed.
+status is 1 when any failed. Whether those paths compute the right thing (fp16 overflow, host
+syncs, resume across precisions, torchrun, the attention masks, constraints and alignment
+against the CPU, the training paths' gradients) is tests/gpu, marked `gpu`, which `make
+gpu-check` runs first; this script imports its helpers (tests/gpu/gpu_helpers.py).
 
 On a machine without CUDA the same steps run on CPU with a tiny model and the report says
-"device": "cpu", "dry_run": true (fp16 and NCCL are skipped): CI runs that to keep the script
-working. Run: `make gpu-check` or `.venv/bin/python bench/gpu_check.py [--only STEP,...]
-[--data MULTI30K] [--seconds S]`; each step's JSON goes to stderr as it ends, the report to stdout
-and bench/results/gpu_check.json.
+"device": "cpu", "dry_run": true: CI runs that to keep the script working. Run: `make
+gpu-check` or `.venv/bin/python bench/gpu_check.py [--only STEP,...] [--data MULTI30K]
+[--seconds S]`; each step's JSON goes to stderr as it ends, the report to stdout and
+bench/results/gpu_check.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import functools
 import json
 import math
-import os
-import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,28 +39,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gpu_measure import count_aten_ops, real_lengths, real_share, time_shares, training_flops
-from gpu_paths import batch_fit, path_equivalence, path_throughput
+from gpu_paths import batch_fit, path_throughput
 from side_by_side import side_by_side  # bench/, beside this file
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
-from nmt_cli.data.batching import collate
-from nmt_cli.decoding.alignment import attended_pieces, default_layer
 from nmt_cli.decoding.batches import translate_sentences
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.device import configure_cuda
 from nmt_cli.model import Transformer
-from nmt_cli.training.precision import autocast
-from nmt_cli.training.update import Pending, accumulate_gradients, apply_update, with_real_rows
+from nmt_cli.training.update import Pending, accumulate_gradients, apply_update
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))  # the GPU tests' helpers, shared with them
+from gpu_helpers import BASE, BIG, CUDA, DEVICE, TINY, Figures, checks, pinned, sync, train_model, wmt_batch  # noqa: E402
+
 RESULT = ROOT / "bench" / "results" / "gpu_check.json"
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
-Figures = dict[str, Any]
 T = TypeVar("T")
 BACKENDS = (
     SDPBackend.FLASH_ATTENTION,
@@ -72,55 +64,6 @@ BACKENDS = (
     SDPBackend.CUDNN_ATTENTION,
     SDPBackend.MATH,
 )
-
-
-def config(layers: int, d: int, d_ff: int, heads: int, vocab: int, dropout: float = 0.0) -> ModelConfig:
-    return ModelConfig(
-        encoder_layers=layers, decoder_layers=layers, d_model=d, d_ff=d_ff, heads=heads,
-        d_k=d // heads, d_v=d // heads, dropout=dropout, src_vocab_size=vocab, tgt_vocab_size=vocab,
-    )  # fmt: skip
-
-
-TINY = config(2, 64, 128, 4, 1000)
-BASE = config(6, 512, 2048, 8, 37000, dropout=0.1)
-BIG = config(6, 1024, 4096, 16, 37000, dropout=0.1)
-SMALL = BASE if CUDA else TINY  # the model of the correctness steps
-
-
-def checks(**conditions: bool) -> Figures:
-    """{"ok": all conditions hold}, with an "error" naming those that do not."""
-    failed = [name for name, ok in conditions.items() if not ok]
-    return {"ok": not failed, **({"error": "failed: " + ", ".join(failed)} if failed else {})}
-
-
-def combine(key: str, parts: Figures) -> Figures:
-    """The figures of several sub-checks under `key`, ok when every one is."""
-    return {key: parts, **checks(**{name: part.get("ok", True) for name, part in parts.items()})}
-
-
-def wmt_batch(
-    tokens: int, vocab: int, rng: np.random.Generator, multiple: int = 1
-) -> dict[str, torch.Tensor]:
-    """Random ids in a batch shaped like WMT training: sentences of one length bucket (newstest
-    averages ~27 pieces, log-normal spread), as many rows as fit in `tokens` padded tokens, the
-    lengths padded to a `multiple` (`nmt train` pads to 8 for a compiled model on a GPU only)."""
-    length = int(np.clip(rng.lognormal(3.15, 0.55), 3, 200))
-    rows = max(1, tokens // (length + 4))
-    sides = [
-        [rng.integers(4, vocab, max(1, length + int(rng.integers(-3, 4)))) for _ in range(rows)] for _ in "st"
-    ]
-    # Its real rows found on the host, as the training loop's prefetch thread does.
-    return with_real_rows(collate(sides[0], sides[1], multiple=multiple))
-
-
-def pinned(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The batch in pinned memory on a GPU machine, as `nmt train` hands batches over."""
-    return {k: v.pin_memory() for k, v in batch.items()} if CUDA else batch
-
-
-def sync() -> None:
-    if CUDA:
-        torch.cuda.synchronize()
 
 
 def timed(work: Callable[[], T]) -> tuple[float, T]:
@@ -140,224 +83,12 @@ def timed(work: Callable[[], T]) -> tuple[float, T]:
     return begin.elapsed_time(end) / 1000, value
 
 
-def train_model(cfg: ModelConfig, seed: int = 0) -> tuple[Transformer, torch.optim.Adam]:
-    torch.manual_seed(seed)
-    model = Transformer(cfg).to(DEVICE).train()
-    return model, torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), fused=True)
-
-
-def update(
-    model: Transformer, opt: torch.optim.Adam, scaler: torch.amp.GradScaler, batch: dict, precision: str
-) -> tuple[bool, float]:
-    """One update on one batch, as the training loop does it; returns (stepped, loss per token)."""
-    loss = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
-    _, skipped = apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]).tolist()
-    return skipped == 0.0, float(loss.sums[0]) / loss.tokens
-
-
-def train_steps() -> Figures:
-    """~5 updates on one fixed batch per precision: the loss must stay finite and go down."""
-    out: Figures = {}
-    batch = wmt_batch(4000 if CUDA else 1000, SMALL.tgt_vocab_size, np.random.default_rng(0))
-    for precision in ("fp32", "bf16", "fp16"):
-        if precision == "fp16" and not CUDA:
-            out[precision] = {"skipped": "fp16 with loss scaling is CUDA-only (nmt train refuses it on CPU)"}
-            continue
-        model, opt = train_model(SMALL)
-        scaler = torch.amp.GradScaler(DEVICE.type, enabled=precision == "fp16")
-        results = [update(model, opt, scaler, batch, precision) for _ in range(6)]
-        losses = [round(loss, 4) for _, loss in results]
-        out[precision] = {
-            "losses": losses,
-            "skipped_updates": sum(not stepped for stepped, _ in results),
-            **checks(finite=all(map(math.isfinite, losses)), decreasing=losses[-1] < losses[0]),
-        }
-    return combine("precisions", out)
-
-
-def fp16_overflow() -> Figures:
-    """A non-finite gradient must skip the step, halve the loss scale and leave the weights alone.
-    On CPU the scaler is the same code (torch >= 2.3 has a CPU GradScaler) under fp32."""
-    model, opt = train_model(TINY)
-    scaler = torch.amp.GradScaler(DEVICE.type, enabled=True)
-    precision = "fp16" if CUDA else "fp32"
-    batch = wmt_batch(1000, TINY.tgt_vocab_size, np.random.default_rng(1))
-    loss = accumulate_gradients(model, [batch], 0.1, precision, scaler, DEVICE)
-    param = next(model.parameters())
-    assert param.grad is not None
-    param.grad.view(-1)[0] = math.inf  # what an fp16 overflow in backward leaves behind
-    before, scale = [p.detach().clone() for p in model.parameters()], scaler.get_scale()
-    grad_norm, skipped = apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]).tolist()
-    stepped = skipped == 0.0
-    unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
-    # Adam's first step did nothing: zero moments, a step count of 0.
-    untouched = all(
-        float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
-        for state in opt.state.values()
-    )
-    recovered, _ = update(model, opt, scaler, batch, precision)  # the next finite update steps
-    return {
-        "precision": precision, "scale_before": scale, "scale_after": scaler.get_scale(),
-        "grad_norm": grad_norm,
-        **checks(skipped=not stepped, scale_halved=scaler.get_scale() == scale / 2,
-                 weights_unchanged=unchanged, adam_state_untouched=untouched, next_update_steps=recovered),
-    }  # fmt: skip
-
-
-def update_syncs() -> Figures:
-    """Host synchronisations in 6 updates of 2 accumulated batches, queued as the training loop
-    queues them, then read once as the loop reads them at a log record. On CUDA every
-    synchronisation is counted (torch's sync debug mode); on CPU the profiler's item, nonzero,
-    is_nonzero and equal outside fused Adam (whose CPU kernel reads its step counts)."""
-    model, opt = train_model(SMALL)
-    scaler = torch.amp.GradScaler(DEVICE.type, enabled=CUDA)
-    rng = np.random.default_rng(2)
-    batches = [
-        # with_real_rows: the loop's prefetch thread finds each batch's real rows on the host
-        [
-            pinned(with_real_rows(wmt_batch(4000 if CUDA else 500, SMALL.tgt_vocab_size, rng)))
-            for _ in range(2)
-        ]
-        for _ in range(6)
-    ]
-    precision = "fp16" if CUDA else "bf16"
-    pending = Pending()
-
-    # The loop knows each update's target tokens from the corpus's lengths, before any tensor.
-    tokens = [sum(int((b["tgt_out"] != 0).sum()) for b in pair) for pair in batches]
-
-    def updates() -> None:
-        for pair, ntokens in zip(batches, tokens, strict=True):
-            loss = accumulate_gradients(model, pair, 0.1, precision, scaler, DEVICE, ntokens)
-            pending.add(loss, apply_update(model, opt, scaler, 5e-4, 1.0, loss.sums[0]))
-
-    updates()  # the first updates set Adam's state up
-    pending.settle()
-    sync()
-    if CUDA:
-        import warnings
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                updates()
-                in_updates = len(caught)
-                pending.settle()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        # torch warns "called a synchronizing CUDA operation" at each; other warnings are no syncs
-        is_sync = ["called a synchronizing CUDA operation" in str(w.message) for w in caught]
-        count, at_log = sum(is_sync[:in_updates]), sum(is_sync[in_updates:])
-        marked = list(zip(caught, is_sync, strict=True))
-        others = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w, s in marked if not s})
-        sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w, s in marked if s})
-    else:
-        from torch.profiler import ProfilerActivity, profile
-
-        names = ("aten::item", "aten::nonzero", "aten::is_nonzero", "aten::equal")
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            updates()
-        count = sum(e.name in names and not _in_fused_adam(e) for e in prof.events())
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            pending.settle()
-        at_log = sum(e.name in names for e in prof.events())
-        others, sites = [], []
-    per_update = count / len(batches)
-    return {"precision": precision, "syncs_per_update": per_update, "syncs_at_log": at_log,
-            "sync_sites": sites, "other_warnings": others,
-            **checks(none_in_updates=per_update == 0)}  # fmt: skip
-
-
-def _in_fused_adam(event: Any) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name == "aten::_fused_adam_":
-            return True
-        parent = parent.cpu_parent
-    return False
-
-
-# --- the real CLI, in child processes ------------------------------------------------------------
-
-WORDS = "apple river stone cloud green music paper tiger silver window orange garden yellow friend".split()
-TINY_RUN = [  # tests/conftest.py's tiny copy-task model; no dropout so that runs compare exactly
-    "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
-    "model.heads=2", "model.d_k=16", "model.d_v=16", "model.max_positions=64", "model.dropout=0.0",
-    'train.lr_schedule="inverse_sqrt"', "train.lr=1e-3", "train.warmup=10", "train.max_tokens=600",
-    "train.label_smoothing=0.0", "train.save_every_minutes=0", "train.valid_bleu=false",
-    "train.valid_every_updates=0", "train.log_every_updates=1",
-    "train.adam_eps=1e-2",  # as tests/unit/test_distributed.py: a wrong gradient scale would show
-]  # fmt: skip
-
-
-def nmt(args: list[str], launcher: list[str] | None = None) -> None:
-    """Run `python -m nmt_cli ARGS` (or under `launcher`); raise with its stderr if it fails."""
-    command = [*(launcher or [sys.executable, "-m", "nmt_cli"]), "-q", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"`nmt {' '.join(args[:1])}` exited {proc.returncode}: {proc.stderr[-1500:]}")
-
-
-def copy_corpus(root: Path) -> Path:
-    """A copy task over 14 words, prepared by `nmt prepare` (the tests' corpus, smaller)."""
-    data = root / "data"
-    if not (data / "meta.json").exists():
-        rng = random.Random(0)
-        for split, n in (("train", 1000), ("valid", 20)):
-            lines = "".join(" ".join(rng.choices(WORDS, k=rng.randint(1, 6))) + "\n" for _ in range(n))
-            for side in ("src", "tgt"):
-                (root / f"{split}.{side}").write_text(lines, encoding="utf-8")
-        nmt(["prepare", "--train", str(root / "train"), "--valid", str(root / "valid"), "--src", "src",
-             "--tgt", "tgt", "--out", str(data), "--vocab-size", "100", "--no-byte-fallback"])  # fmt: skip
-    return data
-
-
-def train_args(data: Path, out: Path, *overrides: str) -> list[str]:
-    device = ["--device", "cuda"] if CUDA else ["--device", "cpu", "--threads", "1"]
-    return ["train", "--data", str(data), "--out", str(out), *device,
-            *(x for item in (*TINY_RUN, *overrides) for x in ("--set", item))]  # fmt: skip
-
-
-def resume_across_precisions(tmp: Path) -> Figures:
-    """Train 3 updates in bf16, resume to 6 in fp16 (fp32 on CPU), then to 9 in bf16."""
-    data, run = copy_corpus(tmp), tmp / "resume"
-    plan = [("bf16", 3), ("fp16" if CUDA else "fp32", 6), ("bf16", 9)]
-    updates = []
-    for precision, upto in plan:
-        nmt([*train_args(data, run, f"train.max_updates={upto}"), "--precision", precision])
-        updates.append(checkpoint.load(run / "checkpoints" / "checkpoint_last.pt").update)
-    return {"plan": plan, "checkpoint_updates": updates, **checks(updates=updates == [3, 6, 9])}
-
-
-def torchrun(tmp: Path) -> Figures:
-    """torchrun with one process per GPU (NCCL) against one process accumulating as many batches:
-    the same updates, so the same weights. On CPU: two gloo processes, as the unit test does."""
-    data = copy_corpus(tmp)
-    procs = torch.cuda.device_count() if CUDA else 2
-    sets = ["train.max_updates=4", "train.save_every_updates=0"]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]  # = torchrun
-    launcher += [f"--nproc_per_node={procs}", "-m", "nmt_cli"]
-    nmt([*train_args(data, tmp / "ddp", *sets), "--precision", "fp32"], launcher)
-    nmt([*train_args(data, tmp / "one", *sets, f"train.update_freq={procs}"), "--precision", "fp32"])
-    a, b = (checkpoint.load(tmp / run / "checkpoints" / "checkpoint_last.pt") for run in ("ddp", "one"))
-    diff = max(float((a.model[k].float() - b.model[k].float()).abs().max()) for k in b.model)
-    bitwise = all(torch.equal(a.model[k], b.model[k]) for k in b.model)
-    return {
-        "processes": procs, "backend": "nccl" if CUDA else "gloo", "distributed": procs > 1,
-        "updates": [a.update, b.update], "bitwise_equal": bitwise, "max_abs_diff": diff,
-        **({"note": "one GPU: torchrun runs a single process, no NCCL collective"} if procs == 1 else {}),
-        **checks(same_updates=a.update == b.update == 4, same_weights=diff <= 1e-5),
-    }  # fmt: skip
-
-
 # --- attention ------------------------------------------------------------------------------------
 
 
 def sdpa() -> Figures:
-    """Which SDPA kernels run for a training-shaped and a decoding-shaped call, the one torch picks,
-    and the masks: padding a source and changing a later target token change nothing they shouldn't."""
+    """Which SDPA kernels run for a training-shaped and a decoding-shaped call, and the one torch
+    picks (the masks' invariants under them are tests/gpu's test of sdpa_masks)."""
     dtype = torch.bfloat16 if CUDA else torch.float32  # bf16 on CPU bypasses SDPA (attention._explicit)
     q = torch.randn(64, 8, 30, 64, device=DEVICE, dtype=dtype, requires_grad=True)
     lengths = torch.randint(10, 31, (64, 1, 1, 1), device=DEVICE)
@@ -384,27 +115,7 @@ def sdpa() -> Figures:
         except (AttributeError, RuntimeError, ValueError):
             chosen = "unknown"
         kernels[name] = {"default": chosen, "available": runs}
-    model = Transformer(config(2, 64, 128, 4, 1000)).to(DEVICE).eval()
-    gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randint(4, 1000, (n,), generator=gen).numpy() for n in (12, 20))
-    tgt = torch.randint(4, 1000, (1, 10), generator=gen).to(DEVICE)
-    later = tgt.clone()
-    later[0, 6] = 4 if int(tgt[0, 6]) != 4 else 5
-    masks: Figures = {}
-    with torch.inference_mode():
-        for precision, tol in (("fp32", 1e-4), ("bf16", 5e-2)):  # relative to the largest logit
-            with autocast(DEVICE, precision):
-                # `a` alone, then `a` padded to the length of `b` in one batch with it.
-                alone = model(collate([a])["src"].to(DEVICE), tgt).float()
-                padded = model(collate([a, b])["src"].to(DEVICE), tgt.expand(2, -1)).float()[:1]
-                changed = model(collate([a])["src"].to(DEVICE), later).float()
-            scale = float(alone.abs().max())
-            pad_diff = float((alone - padded).abs().max()) / scale
-            causal_diff = float((alone[:, :6] - changed[:, :6]).abs().max()) / scale
-            masks[precision] = {"padding_rel_diff": pad_diff, "causal_rel_diff": causal_diff,
-                                "later_changed": bool((alone[:, 6:] != changed[:, 6:]).any()),
-                                **checks(padding=pad_diff <= tol, causal=causal_diff <= tol)}  # fmt: skip
-    return {"dtype": str(dtype), "kernels": kernels, **combine("masks", masks)}
+    return {"dtype": str(dtype), "kernels": kernels}
 
 
 # --- throughput ---------------------------------------------------------------------------------
@@ -648,53 +359,6 @@ def decode_attention() -> Figures:
     }
 
 
-def constraints_and_alignment() -> Figures:
-    """Beam-4 decoding with two phrases a sentence and word alignment read during the search, on
-    the device: every phrase met, the links those of a teacher-forced pass, the output the CPU's
-    for the same model (fp32), and the seconds against the same decoding unconstrained."""
-    cfg = TINY
-    torch.manual_seed(0)
-    model = Transformer(cfg).eval()
-    with torch.no_grad():  # sharp distributions, so that the phrases go against the model
-        model.tgt_embed.tokens.weight.mul_(8.0)
-    rng = np.random.default_rng(5)
-    n = 256 if CUDA else 16
-    src = [rng.integers(4, cfg.src_vocab_size, int(k)) for k in rng.integers(5, 30, n)]
-    phrases = [[rng.integers(4, cfg.tgt_vocab_size, int(k)).tolist() for k in (1, 2)] for _ in range(n)]
-    decode = DecodeSettings(DecodeConfig(beam=4, max_len_a=1.0, max_len_b=10), batch_tokens=8192)
-    found: dict[str, Any] = {}
-    seconds: dict[str, float] = {}
-    for device in [torch.device("cpu"), DEVICE] if CUDA else [DEVICE]:
-        ensemble = Ensemble([model.to(device)])
-        for name, given in (("plain", None), ("constrained", phrases)):
-            translate_sentences(ensemble, src[:4], decode, device, constraints=given and given[:4])
-            sync()
-            start = time.perf_counter()
-            found[f"{device.type}_{name}"] = translate_sentences(
-                ensemble, src, dataclasses.replace(decode, alignments=True), device, constraints=given
-            )
-            sync()
-            seconds[f"{device.type}_{name}_s"] = round(time.perf_counter() - start, 3)
-    hyps = [h[0] for h in found[f"{DEVICE.type}_constrained"]]
-    met = all(
-        any(h.tokens[i : i + len(p)] == p for i in range(len(h.tokens)))
-        for h, sentence in zip(hyps, phrases, strict=True)
-        for p in sentence
-    )
-    reference = [h[0] for h in found["cpu_constrained"]]
-    same = sum(a.tokens == b.tokens for a, b in zip(hyps, reference, strict=True)) / n
-    forced = attended_pieces(model.to(DEVICE), src[:16], [h.tokens for h in hyps[:16]], default_layer(model))
-    links = all(h.links == f.tolist() for h, f in zip(hyps[:16], forced, strict=True))
-    ratio = seconds[f"{DEVICE.type}_plain_s"] / seconds[f"{DEVICE.type}_constrained_s"]
-    return {
-        "sentences": n,
-        **seconds,
-        "speed_ratio": round(ratio, 3),
-        "same_as_cpu": round(same, 3),
-        **checks(phrases_met=met, links_teacher_forced=links, like_cpu=same >= 0.95),
-    }
-
-
 # --- driver ---------------------------------------------------------------------------------------
 
 
@@ -759,17 +423,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         root = Path(tmp)
         steps: dict[str, Callable[[], Figures]] = {
-            "train_steps": train_steps,
-            "fp16_overflow": fp16_overflow,
-            "update_syncs": update_syncs,
-            "resume_across_precisions": lambda: resume_across_precisions(root),
-            "torchrun": lambda: torchrun(root),
             "sdpa": sdpa,
             "throughput": throughput,
             "compiled": lambda: compiled([m for m in args.compile_modes.split(",") if m]),
             "decode_attention": decode_attention,
-            "constraints_and_alignment": constraints_and_alignment,
-            "path_equivalence": path_equivalence,
             "path_throughput": path_throughput,
             "batch_fit": batch_fit,
             "side_by_side": lambda: side_by_side(args.data, root / "side_by_side", args.seconds),

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from gpu_check import BASE, BIG, CUDA, TINY, clean, run, throughput  # bench/, beside this file
-from gpu_paths import batch_fit, path_equivalence, path_throughput
+from gpu_check import clean, run, throughput  # bench/, beside this file
+from gpu_paths import batch_fit, path_throughput
 from side_by_side import NMT_TINY, median_after_two, raw_corpus, side_by_side
 from side_by_side import run as command
 
@@ -54,6 +54,10 @@ from nmt_cli.recipe import load_recipe
 from nmt_cli.training.loop import shape_multiple
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))  # the GPU tests' helpers and checks
+from gpu_checks import path_equivalence  # noqa: E402
+from gpu_helpers import BASE, BIG, CUDA, DEVICE, TINY  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 RECIPE = ROOT / "recipes" / "wmt14_en_de" / "base.toml"
 Figures = dict[str, Any]
@@ -170,8 +174,9 @@ def padding(r: Run, max_tokens: int) -> Figures:
 
 
 def paths(cfg: ModelConfig) -> Figures:
-    """bench/gpu_paths.py's equivalence and throughput of the training paths, one model."""
-    same, speed = path_equivalence(), path_throughput({"base": cfg})
+    """The training paths' equivalence (tests/gpu/gpu_checks.py) and throughput
+    (bench/gpu_paths.py), one model."""
+    same, speed = path_equivalence(DEVICE), path_throughput({"base": cfg})
     return {"equivalence": same, "throughput": speed, "ok": same["ok"] and speed["ok"]}
 
 
