@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import torch
+from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.commands.train import resolve_config
 from nmt_cli.data.corpus import ParallelSplit, load_meta, load_split
-from sentencepiece import SentencePieceProcessor
 from nmt_cli.model import Transformer
 from nmt_cli.training.validate import validate
 
@@ -67,7 +67,9 @@ def one_validation(data: Path, device: torch.device, lines: int, max_len_b: int)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=ROOT / "bench" / "work" / "scale" / "data_450000")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--lines", type=int, default=3000)
