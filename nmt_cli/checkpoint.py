@@ -2,9 +2,10 @@
 
 A checkpoint is self-contained: the resolved run config, the model weights, the sentencepiece
 model bytes and, for training checkpoints, the optimizer, loss scaler, RNG states and data
-position. `Checkpoint` is its one typed form: `to_dict` and `from_dict` are the only code that
-knows the on-disk keys. It is saved atomically (temporary file, fsync, rename) and loaded with
-`weights_only=True`, so loading runs no pickled code.
+position. `Checkpoint` is its one typed form: `to_dict`, `from_dict` and `_upgrade` (for those
+of earlier releases) are the only code that knows the on-disk keys. It is saved atomically
+(temporary file, fsync, rename) and loaded with `weights_only=True`, so loading runs no pickled
+code; `checkpoint_damage` says why a file that cannot be loaded is unusable.
 """
 
 from __future__ import annotations
@@ -21,17 +22,16 @@ from typing import Any
 import torch
 
 from nmt_cli import recipe
+
+# DamagedCheckpoint is read as checkpoint.DamagedCheckpoint where a resume falls back on another file.
+from nmt_cli.checkpoint_damage import NOT_OURS, check_integrity, unreadable
+from nmt_cli.checkpoint_damage import DamagedCheckpoint as DamagedCheckpoint
 from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError, Terminated
 from nmt_cli.files import output_file, process_alive, write_failure
 
 FORMAT_VERSION = 1
 NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
-NOT_OURS = "; give a .pt file written by `nmt train` or `nmt average`"
-
-
-class DamagedCheckpoint(InputError):
-    """A checkpoint file cut short or whose bytes changed: another file of the run may serve."""
 
 
 TEMPORARY = re.compile(r"^\..+\.(?:tmp|link)-(\d+)$")  # atomic_write's and replace_with_link's
@@ -96,21 +96,20 @@ class Checkpoint:
         if self.train_state is not None:
             state = self.train_state
             payload.update(optimizer=state.optimizer, scaler=state.scaler, rng=state.rng)
-        if self.averaged_from is not None:
-            payload["averaged_from"] = self.averaged_from
-        if self.imported_from is not None:
-            payload["imported_from"] = self.imported_from
-        if self.tokenizers is not None:
-            payload["tokenizers"] = self.tokenizers
-        if self.languages is not None:
-            payload["languages"] = list(self.languages)
-        if self.shortlist is not None:
-            payload["shortlist"] = self.shortlist
+        recorded = {
+            "averaged_from": self.averaged_from,
+            "imported_from": self.imported_from,
+            "tokenizers": self.tokenizers,
+            "languages": list(self.languages) if self.languages is not None else None,
+            "shortlist": self.shortlist,
+        }
+        payload.update({key: value for key, value in recorded.items() if value is not None})
         return payload
 
     @classmethod
     def from_dict(cls, payload: object, path: Path) -> Checkpoint:
-        """Check a loaded payload's shape; one clear line for anything that is not ours."""
+        """Check a loaded payload's shape; one clear line for anything that is not ours. One written
+        by an earlier nmt is first brought up to date (`_upgrade`)."""
         if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
             raise InputError(
                 f"checkpoint {path}: not an nmt checkpoint (no model and config inside){NOT_OURS}"
@@ -120,15 +119,14 @@ class Checkpoint:
                 f"checkpoint {path}: format version {payload.get('format')!r}, this nmt reads version "
                 f"{FORMAT_VERSION}; use the nmt release that wrote it"
             )
-        spm = payload.get("spm")
+        payload = _upgrade(payload)
+        spm, languages, shortlist = payload.get("spm"), payload["languages"], payload["shortlist"]
         if not isinstance(spm, dict) or not all(isinstance(spm.get(side), bytes) for side in ("src", "tgt")):
             raise InputError(f"checkpoint {path}: no sentencepiece models inside{NOT_OURS}")
-        languages = payload.get("languages")
         if languages is not None and not (
             isinstance(languages, list) and len(languages) == 2 and all(isinstance(x, str) for x in languages)
         ):
             raise InputError(f"checkpoint {path}: its languages are not a (source, target) pair{NOT_OURS}")
-        shortlist = payload.get("shortlist")
         if shortlist is not None and not (
             isinstance(shortlist, dict)
             and all(isinstance(shortlist.get(key), torch.Tensor) for key in ("candidates", "frequent"))
@@ -138,18 +136,33 @@ class Checkpoint:
         if all(key in payload for key in ("optimizer", "scaler", "rng")):
             state = TrainState(payload["optimizer"], payload["scaler"], payload["rng"])
         return cls(
-            kind=str(payload.get("kind", "train")),
+            kind=str(payload["kind"]),
             config=payload["config"],
             model=payload["model"],
             spm=spm,
-            progress=payload.get("progress"),
+            progress=payload["progress"],
             train_state=state,
-            averaged_from=payload.get("averaged_from"),
-            imported_from=payload.get("imported_from"),
-            tokenizers=payload.get("tokenizers"),
+            averaged_from=payload["averaged_from"],
+            imported_from=payload["imported_from"],
+            tokenizers=payload["tokenizers"],
             languages=(languages[0], languages[1]) if languages is not None else None,
             shortlist=shortlist,
         )
+
+
+NOT_RECORDED: dict[str, Any] = {"kind": "train"} | dict.fromkeys(
+    ("progress", "averaged_from", "imported_from", "tokenizers", "languages", "shortlist")
+)
+
+
+def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 payload of any nmt in the keys this one reads: the one place that knows how
+    checkpoints changed within the format. A key a writer leaves out when it has nothing to record
+    (`to_dict`), or that an earlier nmt did not write yet (languages, tokenizers, imported_from,
+    shortlist), reads as NOT_RECORDED says; every nmt wrote a kind, one without reads as training's.
+    A key added later goes into NOT_RECORDED; a change an old checkpoint cannot be read through
+    raises FORMAT_VERSION instead."""
+    return NOT_RECORDED | payload
 
 
 def numbered_name(update: int) -> str:
@@ -242,15 +255,15 @@ def load(path: Path) -> Checkpoint:
         raise InputError(f"checkpoint {path}: is a directory, not a checkpoint file")
     if not path.is_file():  # a device, a FIFO, a socket: reading one would block or mean nothing
         raise InputError(f"checkpoint {path}: not a regular file; give a checkpoint file (.pt)")
-    # The checksums are read beside the load (zlib lets go of the interpreter's lock): 22 ms of a
-    # 32,000-piece model's start. A damaged tensor is the first thing to report, so the check's
+    # The checksums are read beside the load, as zlib lets go of the interpreter's lock (the time
+    # saved: docs/benchmarks.md). A damaged tensor is the first thing to report, so the check's
     # answer is awaited before any other.
     with ThreadPoolExecutor(1) as pool:
-        checked = pool.submit(_check_integrity, path)
+        checked = pool.submit(check_integrity, path)
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-            raise _unreadable(path, err, members=checked.result()) from None
+            raise unreadable(path, err, members=checked.result()) from None
         except Exception as err:  # noqa: BLE001 - pickle errors of arbitrary kinds from foreign files
             checked.result()
             raise InputError(
@@ -258,55 +271,6 @@ def load(path: Path) -> Checkpoint:
             ) from None
         checked.result()
     return Checkpoint.from_dict(payload, path)
-
-
-def _unreadable(path: Path, err: Exception, members: list[str] | None) -> InputError:
-    """What torch.load failing to read `path` means to the user. torch's own words for a file cut
-    short are a paragraph of its zip reader's internals ("failed finding central directory. This
-    is an internal miniz error..."), of no use to someone who only needs another file."""
-    if isinstance(err, OSError) and err.filename is not None:  # refused by the system when opened
-        hint = "check its permissions" if isinstance(err, PermissionError) else "check the file and its disk"
-        return InputError(f"checkpoint {path}: cannot read it ({err.strerror}); {hint}")
-    if members is not None and any(name.endswith("/data.pkl") for name in members):
-        # Whole, and laid out as torch.save lays it out: written by another version of torch?
-        return InputError(
-            f"checkpoint {path}: this torch ({torch.__version__}) cannot read it: {_first_line(err)}; "
-            "load it with the torch that wrote it"
-        )
-    if members is not None:  # every member whole, yet not torch's layout (an .npz, a .zip)
-        return InputError(
-            f"checkpoint {path}: not an nmt checkpoint (a zip archive torch did not write){NOT_OURS}"
-        )
-    return DamagedCheckpoint(
-        f"checkpoint {path}: not a complete checkpoint (the file is cut short or damaged); use another "
-        "one, e.g. an earlier checkpoint_N.pt of the run"
-    )
-
-
-def _first_line(err: Exception) -> str:
-    """torch's reason without its C++ location ("[enforce fail at inline_container.cc:230] . "):
-    its first sentence."""
-    text = str(err).strip().split("] . ", 1)[-1]
-    return text.split(". ", 1)[0].splitlines()[0][:300] if text else type(err).__name__
-
-
-def _check_integrity(path: Path) -> list[str] | None:
-    """torch.save writes a zip archive with a CRC-32 for every tensor's bytes, which torch.load
-    does not check: a damaged tensor would load and decode garbage. zipfile checks them all (at
-    several GB/s). The members of `path` when it is a whole zip archive; one that is not (None)
-    is left to torch.load to describe."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()
-            members = archive.namelist()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
-        return None
-    if damaged is not None:
-        raise DamagedCheckpoint(
-            f"checkpoint {path}: damaged: {damaged.split('/', 1)[-1]} does not match its checksum; use "
-            "another one, e.g. an earlier checkpoint_N.pt of the run"
-        )
-    return members
 
 
 def numbered_or_last(path: Path) -> bool:
