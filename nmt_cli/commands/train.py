@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +75,7 @@ def run(
             session, resume = open_session(
                 data, out, recipe, overrides, runtime.precision, dev, world, reporter, compile_model, start
             )
-            reason = train(session, resume)
+            stop = train(session, resume)
     except (KeyboardInterrupt, Terminated) as stopped:  # a second Ctrl-C, or a signal before the loop
         raise _stopped_at_once(stopped, out) from None
     except RuntimeError as err:  # another process died: its connection closed, never a wait
@@ -89,14 +88,13 @@ def run(
         ) from None
     finally:
         distributed.cleanup(world)
-    signalled = re.match(r"stopped by (SIG[A-Z]+)", reason)
-    if signalled:  # saved, but not finished: the exit code says which signal, as for any command
+    if stop.signal is not None:  # saved, not finished: the exit code names the signal, as for any command
         raise NmtError(
-            f"training {reason}; checkpoints in {out / 'checkpoints'}: run the same command to resume",
-            exit_code=128 + signal.Signals[signalled.group(1)].value,
+            f"training {stop.message}; checkpoints in {out / 'checkpoints'}: run the same command to resume",
+            exit_code=128 + stop.signal.value,
         )
-    said = "" if reason.startswith("nothing to do") else "training stopped: "  # nothing ran to stop
-    reporter.info(f"{said}{reason}; checkpoints in {out / 'checkpoints'}")
+    said = "" if stop.kind == "nothing to do" else "training stopped: "  # nothing ran to stop
+    reporter.info(f"{said}{stop.message}; checkpoints in {out / 'checkpoints'}")
 
 
 def _stopped_at_once(stopped: BaseException, out: Path) -> NmtError:

@@ -88,12 +88,12 @@ class Bookkeeping:
         self.bar.update(1)
         self.lr = lr
 
-    def due(self, reason: str) -> bool:
-        """Whether the queued figures must be read now: a stop, or a log, validation or save due
-        by the provisional count."""
+    def due(self, stopping: bool) -> bool:
+        """Whether the queued figures must be read now: the run `stopping`, or a log, validation
+        or save due by the provisional count."""
         tc = self.tc
         every = (tc.log_every_updates, tc.valid_every_updates, tc.save_every_updates)
-        return bool(reason) or any(n and self.progress.update % n == 0 for n in every)
+        return stopping or any(n and self.progress.update % n == 0 for n in every)
 
     def log_due(self, every: int) -> bool:
         return bool(self.window.updates) and self.progress.update % every == 0

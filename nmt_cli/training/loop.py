@@ -1,11 +1,12 @@
 """The training loop (§5): token batches, accumulation, mixed precision, validation, checkpoints.
 
-`train()` reads top to bottom: build batches for the epoch, take `update_freq` of them
-(`update_freq` x world size under torchrun, shared out among the processes), make the update
-(`_Run.update`: accumulate gradients normalised by the update's target tokens, step Adam with
-the schedule's learning rate), check the stop conditions, and at intervals log, validate and
-save (`_Run.at_intervals`). With several processes only rank 0 logs, validates and saves;
-`distributed.py` holds the collectives and `stopping.py` the stop conditions.
+`train()` sets the run up and returns why it stopped, a `stopping.Stop`. `_Run` carries it from
+update to update: each epoch (`_Run.epoch`) builds its batches and takes `update_freq` of them at
+a time (`update_freq` x world size under torchrun, shared out among the processes) for an update
+(`_Run.update`: accumulate gradients normalised by the update's target tokens, step Adam with the
+schedule's learning rate), checks the stop conditions (`stopping.check`), and at intervals logs,
+validates and saves (`_Run.at_intervals`). With several processes only rank 0 logs, validates
+and saves; `distributed.py` holds the collectives and `stopping.py` the stop conditions.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nmt_cli.training.distributed import World
 from nmt_cli.training.precision import HalfWeights
 from nmt_cli.training.schedule import learning_rate
 from nmt_cli.training.signals import StopSignal
+from nmt_cli.training.stopping import Agreed, Stop
 from nmt_cli.training.update import accumulate_gradients, apply_update, packed, with_real_rows
 from nmt_cli.training.validate import validate
 
@@ -68,7 +70,7 @@ class Session:
     """Adam's state to start a new run with (`nmt train --init-from --keep-optimizer`)."""
 
 
-def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
+def train(s: Session, resume: checkpoint.Checkpoint | None) -> Stop:
     """Train until a stop condition; returns why it stopped."""
     tc, model, world = s.cfg.train, s.model, s.world
     # The bf16 copy of train.half_weights, or None: Adam updates `model`'s fp32 weights either way.
@@ -80,40 +82,32 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = compiled(net)
     optimizer, scaler, progress = _optimizer_state(s, resume)
-    finished = stopping.finished(tc, progress)
-    if finished:  # the same command run again: no update past the limit, no checkpoint pushed out
-        return f"nothing to do: the run {finished} at update {progress.update}; raise it with --set to go on"
-    multiple = shape_multiple(tc, s.device)
+    done = stopping.nothing_to_do(tc, progress)
+    if done is not None:  # the same command run again: no update past the limit, no checkpoint pushed out
+        return done
     metrics = MetricsLog(s.run_dir / "metrics.jsonl")
     book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
-    src_len, tgt_len = s.train_data.src.lengths(), s.train_data.tgt.lengths()  # read once: large
     run = _Run(
-        s, net, half, precision, optimizer, scaler, progress, book, metrics, tgt_len, progress.train_seconds
+        s,
+        net,
+        half,
+        precision,
+        optimizer,
+        scaler,
+        progress,
+        book,
+        metrics,
+        lengths=(s.train_data.src.lengths(), s.train_data.tgt.lengths()),  # read once: large
+        multiple=shape_multiple(tc, s.device),
+        base_seconds=progress.train_seconds,
+        saved=resume.update if resume is not None else None,
     )
-    run.saved = resume.update if resume is not None else None
-    reason = ""
     model.train()
     if half is not None:
         half.copy.train()
-    with StopSignal(s.reporter.info if world.is_main else None) as stop:
+    with StopSignal(s.reporter.info if world.is_main else None) as signals:
         try:
-            while not reason:
-                batches = _epoch_batches(s, src_len, tgt_len, progress.epoch, multiple)
-                book.epoch_size = len(batches)
-                with Ahead(_updates(s, batches, progress.batch, multiple)) as updates:
-                    for group, tensors, idle in updates:
-                        signalled, out_of_time = run.update(group, tensors, idle, stop)
-                        reason = stopping.stop_reason(tc, progress, signalled, stop.received, out_of_time)
-                        minutes_due = run.minutes_due()
-                        if not (book.due(reason) or minutes_due):
-                            continue
-                        reason = run.at_intervals(stop, signalled, out_of_time, minutes_due)
-                        if reason:
-                            break
-                if progress.batch >= len(batches):
-                    progress.epoch, progress.batch = progress.epoch + 1, 0
-                    if tc.max_epochs and progress.epoch > tc.max_epochs and not reason:
-                        reason = f"reached train.max_epochs = {tc.max_epochs}"
+            stop = run.until_stopped(signals)
         finally:
             # The updates since the last record, so that a run that stops before its first log
             # interval (or fails) still leaves one.
@@ -124,7 +118,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> str:
         if world.is_main and run.saved != progress.update:
             _save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
-    return f"{reason} at update {progress.update}"
+    return stop.at(progress.update)
 
 
 @dataclass
@@ -141,22 +135,61 @@ class _Run:
     progress: Progress
     book: Bookkeeping
     metrics: MetricsLog
-    tgt_len: np.ndarray
+    lengths: tuple[np.ndarray, np.ndarray]
+    """The training pairs' source and target lengths."""
+    multiple: int
+    """What batch lengths are padded to (`shape_multiple`)."""
     base_seconds: float
     """The run's training time before this session."""
-    session_start: float = field(default_factory=time.monotonic)
-    last_save: float = field(default_factory=time.monotonic)
     saved: int | None = None
     """The update checkpoint_last.pt holds (None before a run's first save). Not read from the
     numbered files: a save that stopped between the numbered checkpoint and the last leaves one
     of a newer update, which must not stop the last from being written."""
+    agreed: Agreed = field(default_factory=Agreed)
+    """What the processes agreed after the last update."""
+    session_start: float = field(default_factory=time.monotonic)
+    last_save: float = field(default_factory=time.monotonic)
 
-    def update(
-        self, group: list[np.ndarray], tensors: list[dict], idle: bool, stop: StopSignal
-    ) -> tuple[bool, bool]:
+    def until_stopped(self, signals: StopSignal) -> Stop:
+        """Train epoch after epoch until a stop condition is met."""
+        while True:
+            stop = self.epoch(signals)
+            if stop is not None:
+                return stop
+
+    def epoch(self, signals: StopSignal) -> Stop | None:
+        """The current epoch's updates from where the run stands, until a stop; at the epoch's end,
+        the next epoch's place, and whether train.max_epochs is reached."""
+        s, progress = self.s, self.progress
+        batches = _epoch_batches(s, *self.lengths, progress.epoch, self.multiple)
+        self.book.epoch_size = len(batches)
+        stop = None
+        with Ahead(_updates(s, batches, progress.batch, self.multiple)) as updates:
+            for group, tensors, idle in updates:
+                stop = self.step(group, tensors, idle, signals)
+                if stop is not None:
+                    break
+        if progress.batch >= len(batches):
+            progress.epoch, progress.batch = progress.epoch + 1, 0
+            stop = stop or stopping.check(s.cfg.train, progress, self.agreed, signals.received)
+        return stop
+
+    def step(
+        self, group: list[np.ndarray], tensors: list[dict], idle: bool, signals: StopSignal
+    ) -> Stop | None:
+        """One update, then the stop check and, where due, the log, validation and save; returns
+        why to stop (None to go on)."""
+        self.update(group, tensors, idle, signals)
+        stop = stopping.check(self.s.cfg.train, self.progress, self.agreed, signals.received)
+        minutes_due = self.minutes_due()
+        if self.book.due(stop is not None) or minutes_due:
+            return self.at_intervals(signals, minutes_due)
+        return None
+
+    def update(self, group: list[np.ndarray], tensors: list[dict], idle: bool, signals: StopSignal) -> None:
         """Accumulate the gradients of this process's share of `group`, step Adam at the schedule's
-        learning rate and queue the update's figures. Returns whether any process was signalled
-        and whether any ran out of time."""
+        learning rate and queue the update's figures; `agreed` then says whether any process was
+        signalled and whether any ran out of time."""
         s, tc, progress = self.s, self.s.cfg.train, self.progress
         distributed.seed_update(tc.seed, progress.update, s.world)
         loss = accumulate_gradients(
@@ -166,13 +199,14 @@ class _Run:
             self.precision,
             self.scaler,
             s.device,
-            ntokens=distributed.target_tokens(group, self.tgt_len),
+            ntokens=distributed.target_tokens(group, self.lengths[1]),
             idle=idle,
         )
         distributed.sum_in_place(loss.sums, s.world)  # every process skips alike
         progress.batch += len(group)
         progress.train_seconds = self.base_seconds + time.monotonic() - self.session_start
-        signalled, out_of_time, spent = stopping.agree(stop.received, tc, progress, s.world, s.device)
+        self.agreed = stopping.agree(signals.received, tc, progress, s.world, s.device)
+        spent = self.agreed.spent
         lr = learning_rate(
             progress.update + 1, tc.lr_schedule, s.cfg.model.d_model, tc.warmup, tc.lr_scale, tc.lr, spent
         )
@@ -182,27 +216,28 @@ class _Run:
         if self.half is not None:
             self.half.from_master()
         self.book.queue(loss, outcome, lr)  # counted as stepped until settled
-        return signalled, out_of_time
 
     def minutes_due(self) -> bool:
         """Whether train.save_every_minutes have passed since the last save."""
         return 0 < self.s.cfg.train.save_every_minutes * 60 <= time.monotonic() - self.last_save
 
-    def at_intervals(self, stop: StopSignal, signalled: bool, out_of_time: bool, minutes_due: bool) -> str:
+    def at_intervals(self, signals: StopSignal, minutes_due: bool) -> Stop | None:
         """Settle the queued updates, then log, validate and save where due at the exact count;
-        returns why to stop ("" to go on)."""
+        returns why to stop (None to go on)."""
         s, tc, progress, book = self.s, self.s.cfg.train, self.progress, self.book
         book.settle()  # the update count is exact from here on
-        reason = stopping.stop_reason(tc, progress, signalled, stop.received, out_of_time)
+        own_signal = signals.received  # as the update was agreed, not after a long validation
         if s.world.is_main and book.log_due(tc.log_every_updates):
             book.log()
         if book.first_time(tc.valid_every_updates, "valid"):
-            early_stop = _validate(s, self.metrics, progress) if s.world.is_main else ""
-            reason = reason or str(distributed.from_main(early_stop, s.world))
+            if s.world.is_main:
+                _validate(s, self.metrics, progress)
+            stopping.share_patience(progress, s.world)
+        stop = stopping.check(tc, progress, self.agreed, own_signal)
         if s.world.is_main and (book.first_time(tc.save_every_updates, "save") or minutes_due):
             _save(s, s.model, self.optimizer, self.scaler, progress)
             self.last_save, self.saved = time.monotonic(), progress.update
-        return reason
+        return stop
 
 
 def compiled(net: torch.nn.Module) -> torch.nn.Module:
@@ -287,8 +322,9 @@ def restore_scaler(scaler: torch.amp.GradScaler, state: dict) -> None:
         scaler.load_state_dict(state)
 
 
-def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
-    """Validate, keep the best checkpoint by train.best_metric, and apply early stopping."""
+def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> None:
+    """Validate, keep the best checkpoint by train.best_metric, and count the validations without
+    improvement (for train.patience: `stopping.check`)."""
     result = validate(s.model, s.valid_data, s.cfg, s.device, s.tgt_processor)
     metric = s.cfg.train.best_metric
     if metric != progress.best_metric:  # changed on resume: start its best (and patience) afresh
@@ -313,9 +349,6 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> str:
     )
     if improved:
         _save_best(s, progress)
-    if s.cfg.train.patience and progress.bad_validations >= s.cfg.train.patience:
-        return f"early stopping (valid {metric} did not improve for {progress.bad_validations} validations)"
-    return ""
 
 
 def _rng_state(device: torch.device) -> dict:
