@@ -49,7 +49,7 @@ class Constraints:
     column standing for every position from S on; None: every phrase may start anywhere."""
     word_starts: Tensor | None = None
     """(V,) True at the pieces that start a word of letters or digits: those a placed phrase
-    displaces for good (`Progress.displaced`); None: none."""
+    displaces for good (`ConstraintProgress.displaced`); None: none."""
 
     @classmethod
     def of(
@@ -113,7 +113,7 @@ class Constraints:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ConstraintProgress:
     """Where each of B hypotheses stands: `met` (B, C); `at` (B, C), how many pieces of each
     phrase its last pieces match (every phrase is followed at once, so that phrases that begin
     alike do not block one another); whether its last piece ended a phrase (`ended`); and
@@ -126,14 +126,14 @@ class Progress:
     displaced: Tensor
 
     @classmethod
-    def start(cls, rows: int, c: int, device: torch.device) -> Progress:
+    def start(cls, rows: int, c: int, device: torch.device) -> ConstraintProgress:
         met = torch.zeros((rows, c), dtype=torch.bool, device=device)
         at = torch.zeros((rows, c), dtype=torch.long, device=device)
         ended = torch.zeros(rows, dtype=torch.bool, device=device)
         return cls(met, at, ended, torch.full((rows, c), PAD_ID, dtype=torch.long, device=device))
 
-    def select(self, rows: Tensor) -> Progress:
-        return Progress(self.met[rows], self.at[rows], self.ended[rows], self.displaced[rows])
+    def select(self, rows: Tensor) -> ConstraintProgress:
+        return ConstraintProgress(self.met[rows], self.at[rows], self.ended[rows], self.displaced[rows])
 
     def pieces_met(self, lengths: Tensor) -> Tensor:
         """(B,) constraint pieces produced so far, of the phrases met and of the one furthest
@@ -161,7 +161,7 @@ class Progress:
 
     def advanced(
         self, tokens: Tensor, ids: Tensor, lengths: Tensor, ordered: bool, placed: Placement | None = None
-    ) -> Progress:
+    ) -> ConstraintProgress:
         """The progress after each hypothesis produces `tokens` (B,); `ids` (B, C, L) and `lengths`
         (B, C) are its sentence's phrases. A piece that breaks a phrase off starts it over, from
         that piece where the phrase begins with it. `placed`: where phrases may begin now, and what
@@ -179,7 +179,9 @@ class Progress:
         if placed is not None:
             begun = (going_on & (self.at == 0)) | starting
             displaced = torch.where(begun & (displaced == PAD_ID), placed.displacing, displaced)
-        return Progress(self.met | finished, torch.where(finished, 0, at), finished.any(dim=1), displaced)
+        return ConstraintProgress(
+            self.met | finished, torch.where(finished, 0, at), finished.any(dim=1), displaced
+        )
 
 
 @dataclass(frozen=True)
@@ -191,12 +193,16 @@ class Chosen:
     scores: Tensor
     beams: Tensor
     tokens: Tensor
-    progress: Progress
+    progress: ConstraintProgress
     all_met: Tensor  # (A, M)
 
 
 def restrict(
-    log_probs: Tensor, progress: Progress, lengths: Tensor, at_limit: Tensor, word_ends: Tensor | None
+    log_probs: Tensor,
+    progress: ConstraintProgress,
+    lengths: Tensor,
+    at_limit: Tensor,
+    word_ends: Tensor | None,
 ) -> None:
     """No EOS for a hypothesis with an unmet phrase, unless it is at its length limit; after a
     phrase, only a piece that `word_ends` allows (one that starts a word, punctuation, EOS), so
@@ -212,7 +218,7 @@ def restrict(
 def candidates(
     cand: Tensor,
     log_probs: Tensor,
-    progress: Progress,
+    progress: ConstraintProgress,
     cons: Constraints,
     k: int,
     width: int,
@@ -296,7 +302,7 @@ class ConstrainedBeam:
 
     def __init__(self, constraints: Constraints, n: int, device: torch.device) -> None:
         self.constraints = constraints
-        self.progress = Progress.start(n, constraints.ids.shape[1], device)
+        self.progress = ConstraintProgress.start(n, constraints.ids.shape[1], device)
         self.chosen: Chosen | None = None
         self.attended: Tensor | None = None
 

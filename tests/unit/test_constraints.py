@@ -11,7 +11,7 @@ from conftest import VARIANTS, tiny_model
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batches import translate_batch
-from nmt_cli.decoding.constraints import Constraints, Progress
+from nmt_cli.decoding.constraints import ConstraintProgress, Constraints
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import beam_search
 from nmt_cli.decoding.settings import DecodeSettings
@@ -122,7 +122,7 @@ def test_a_shortlist_keeps_the_constraint_pieces() -> None:
 def test_progress_follows_a_phrase_and_starts_over_when_it_breaks() -> None:
     ids = torch.tensor([[[5, 6, 7], [9, PAD_ID, PAD_ID]]])
     lengths = torch.tensor([[3, 1]])
-    progress = Progress.start(1, 2, torch.device("cpu"))
+    progress = ConstraintProgress.start(1, 2, torch.device("cpu"))
     seen = []
     for token in [5, 6, 4, 5, 9, 6, 5, 6, 7]:
         progress = progress.advanced(torch.tensor([token]), ids, lengths, ordered=False)
@@ -146,7 +146,7 @@ def test_phrases_that_begin_alike_are_followed_together() -> None:
     # "die Katze" and "die Maus": "die Maus" is met though "die Katze" comes first in the list.
     ids = torch.tensor([[[9, 10], [9, 11]]])
     lengths = torch.tensor([[2, 2]])
-    progress = Progress.start(1, 2, torch.device("cpu"))
+    progress = ConstraintProgress.start(1, 2, torch.device("cpu"))
     for token in [9, 11]:
         progress = progress.advanced(torch.tensor([token]), ids, lengths, ordered=False)
     assert progress.met[0].tolist() == [False, True]
@@ -195,7 +195,7 @@ def test_beam_one_translates_a_sentence_without_phrases_as_greedy_search_whateve
 def test_ordered_progress_starts_only_the_first_unmet_phrase() -> None:
     ids = torch.tensor([[[5, PAD_ID], [9, PAD_ID]]])
     lengths = torch.tensor([[1, 1]])
-    start = Progress.start(1, 2, torch.device("cpu"))
+    start = ConstraintProgress.start(1, 2, torch.device("cpu"))
     assert start.next_pieces(ids, lengths, ordered=True)[0].tolist() == [5, PAD_ID]
     assert start.advanced(torch.tensor([9]), ids, lengths, ordered=True).met[0].tolist() == [False, False]
     assert start.advanced(torch.tensor([9]), ids, lengths, ordered=False).met[0].tolist() == [False, True]

@@ -15,7 +15,7 @@ from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
 from nmt_cli.decoding.batches import translate_batch
-from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints, Progress, restrict
+from nmt_cli.decoding.constraints import ConstrainedBeam, ConstraintProgress, Constraints, restrict
 from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.placement import Anchors, Placement, gave_up, own_word_again, placement
 from nmt_cli.decoding.search import beam_search
@@ -108,7 +108,7 @@ def test_a_sentence_whose_attention_never_meets_the_source_term_is_searched_agai
 
 def test_the_piece_a_term_displaced_is_not_written_after_it() -> None:
     ids, lengths = torch.tensor([[[9, PAD_ID]]]), torch.tensor([[1]])
-    progress = Progress.start(1, 1, CPU)
+    progress = ConstraintProgress.start(1, 1, CPU)
     # The model liked 15 best where the term's 9 began: 15 is displaced for good.
     kept = progress.advanced(
         torch.tensor([9]), ids, lengths, False, Placement(torch.tensor([[True]]), torch.tensor([[15]]))
