@@ -118,20 +118,19 @@ def prepare(
     Several --train corpora are binarized one after the other (train.corpus_weights mixes them).
     Running it again with the same inputs and options reuses the finished corpus.
     """
-    # The parameters are PrepareConfig's fields (and --quiet); lists become tuples.
-    quiet = Globals.quiet or quiet
-    given = {
-        **{name: value for name, value in locals().items() if name != "quiet"},
-        "train": tuple(train),
-        "train_tags": tuple(train_tags or ()),
-        "reserve": tuple(reserve or ()),
-    }
     from nmt_cli.commands import prepare as command
     from nmt_cli.user_settings import PrepareConfig
 
     imported()
 
-    command.run(PrepareConfig(**given), quiet=quiet)
+    config = PrepareConfig(  # the lists as tuples: a frozen value
+        train=tuple(train), valid=valid, src=src, tgt=tgt, out=out, test=test,
+        train_tags=tuple(train_tags or ()), reserve=tuple(reserve or ()), spm_from=spm_from,
+        vocab_size=vocab_size, joint=joint, character_coverage=character_coverage,
+        byte_fallback=byte_fallback, normalization=normalization, spm_sample=spm_sample,
+        max_len=max_len, max_ratio=max_ratio, errors=errors, workers=workers,
+    )  # fmt: skip
+    command.run(config, quiet=Globals.quiet or quiet)
 
 
 @app.command(

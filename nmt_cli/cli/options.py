@@ -1,20 +1,15 @@
 """Command-line options that several commands take, declared once as annotated types
-(Typer reads the option's name from the parameter and its help from here), and `given`, which
-builds a settings object from the options named as its fields."""
+(Typer reads the option's name from the parameter and its help from here). Each command builds
+its settings objects from its parameters by keyword, so that an option can be followed by name
+from its declaration here to the setting it fills."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar
+from typing import Annotated, Any, TypedDict
 
 import typer
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-Settings = TypeVar("Settings", bound="DataclassInstance")
 
 
 def path_of(value: str) -> Path:
@@ -116,10 +111,3 @@ Workers = Annotated[
     int,
     typer.Option(help="CPU decoding processes of one thread each (0: one per core, or 1 with --threads)."),
 ]
-
-
-def given(cls: type[Settings], parameters: Mapping[str, Any]) -> Settings:
-    """A `cls` (a dataclass) of the command's `parameters` (its `locals()`) that are named as its
-    fields; a field the command has no option for keeps its default."""
-    names = {item.name for item in dataclasses.fields(cls)}
-    return cls(**{name: value for name, value in parameters.items() if name in names})

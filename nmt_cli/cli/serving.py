@@ -69,7 +69,11 @@ def serve(
 
     imported()
 
-    limits = opt.given(ServeLimits, locals())  # the --max-* options and --request-timeout
+    limits = ServeLimits(
+        max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, max_queue=max_queue,
+        max_input_chars=max_input_chars, max_lines=max_lines, request_timeout=request_timeout,
+        max_client_connections=max_client_connections, max_html_tags=max_html_tags,
+    )  # fmt: skip
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     decode = DecodeOverrides(shortlist=shortlist)
     try:

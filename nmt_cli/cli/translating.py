@@ -96,9 +96,17 @@ def translate(
     imported()
 
     Globals.fast_exit = True
-    job = opt.given(TranslateJob, locals())  # what to translate, where to, in what shape
-    decode = opt.given(DecodeOverrides, locals())  # --beam ... --shortlist
-    runtime = opt.given(RuntimeConfig, locals())
+    job = TranslateJob(  # what to translate, where to, in what shape
+        models=models, input_path=input_path, output_path=output_path, nbest=nbest,
+        batch_tokens=batch_tokens, buffer_size=buffer_size,
+        split_sentences=split_sentences, alignments=alignments, text_format=text_format,
+        constraints=constraints, ordered_constraints=ordered_constraints, glossary=glossary,
+    )  # fmt: skip
+    decode = DecodeOverrides(
+        beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
+        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, shortlist=shortlist,
+    )  # fmt: skip
+    runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
     command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet, sampling=drawn)
 
@@ -133,7 +141,13 @@ def attend(
 
     imported()
 
-    job = opt.given(AttendJob, locals())
-    decode = opt.given(DecodeOverrides, locals())  # --beam ... --min-len
+    job = AttendJob(
+        model=model, out_dir=out_dir, input_path=input_path,
+        layer=layer, head=head, picture_format=picture_format, batch_tokens=batch_tokens,
+    )  # fmt: skip
+    decode = DecodeOverrides(  # no --shortlist: the checkpoint's
+        beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
+        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+    )  # fmt: skip
     runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
     command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet)
