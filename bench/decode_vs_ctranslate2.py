@@ -237,12 +237,13 @@ def _nmt_steady(
     """Decoding alone, in this process, with the command's default workers (after a warm-up)."""
     import torch
 
-    from nmt_cli.decoding.translator import decoding_workers, load_translator
+    from nmt_cli.decoding.translator import load_translator
+    from nmt_cli.decoding.workers import decoding_workers
     from nmt_cli.device import configure_cpu
-    from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+    from nmt_cli.user_settings import DecodeOverrides
 
     device = torch.device("cpu")
-    workers = decoding_workers(RuntimeConfig(workers=0), device)
+    workers = decoding_workers(0, 0, device)
     configure_cpu(1 if workers > 1 else 0)
     overrides = DecodeOverrides(beam=beam, lenpen=1.0, lenpen_style="fairseq", shortlist=shortlist)
     translator = load_translator([model], device, precision, overrides)

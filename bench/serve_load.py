@@ -39,9 +39,10 @@ import torch
 from common import DEFAULT_DATA, ROOT, THREADS, emit
 from time_to_bleu import trained_model
 
-from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision
+from nmt_cli.decoding.loading import default_precision
+from nmt_cli.decoding.translator import Translator
+from nmt_cli.decoding.workers import decoding_workers
 from nmt_cli.device import configure_cpu
-from nmt_cli.user_settings import RuntimeConfig
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 MAX_CLIENTS = 1024  # the server's --max-client-connections: more than any client level
@@ -110,7 +111,7 @@ def offline_figures(model: Path, lines: list[str], args: argparse.Namespace, res
         direct.append(time.perf_counter() - start)
     result["serve_direct_p50_ms"] = round(1000 * float(np.percentile(direct, 50)), 1)
     torch.set_num_threads(1)  # as `nmt translate` does before forking its workers
-    workers = decoding_workers(RuntimeConfig(workers=0), torch.device("cpu"))
+    workers = decoding_workers(0, 0, torch.device("cpu"))
     translator.start_workers(workers)
     try:
         translator.translate(lines[:100], beam=args.beam)  # warm-up

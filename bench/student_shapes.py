@@ -20,8 +20,8 @@ from common import THREADS, emit
 
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.decoding.ensemble import Ensemble
+from nmt_cli.decoding.loading import for_decoding
 from nmt_cli.decoding.search import beam_search
-from nmt_cli.decoding.translator import for_decoding
 from nmt_cli.model.transformer import Transformer
 
 VOCAB = 8000

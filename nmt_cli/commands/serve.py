@@ -13,7 +13,9 @@ import ipaddress
 import signal
 from pathlib import Path
 
-from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translators
+from nmt_cli.decoding.loading import default_precision
+from nmt_cli.decoding.translator import Translator, load_translators
+from nmt_cli.decoding.workers import decoding_workers
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
 from nmt_cli.serving import app, server
@@ -44,7 +46,7 @@ def run(
             "it; give one, or --allow-anonymous to serve anyone who can reach it"
         )
     dev = resolve_device(runtime.device)
-    workers = decoding_workers(runtime, dev)
+    workers = decoding_workers(runtime.workers, runtime.threads, dev)
     configure_cpu(1 if workers > 1 else runtime.threads)
     sock = server.bind_socket(host, port)
     loaded: list[tuple[Translator, list[Path]]] = []

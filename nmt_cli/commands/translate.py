@@ -21,10 +21,12 @@ from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import check_readable, has_letters_or_digits
 from nmt_cli.decoding import html_shape
 from nmt_cli.decoding.alignment import pharaoh
+from nmt_cli.decoding.loading import default_precision
 from nmt_cli.decoding.settings import DecodeSettings, Sampling, resolve, with_terms
 from nmt_cli.decoding.terms import ConstraintError
 from nmt_cli.decoding.texts import Result
-from nmt_cli.decoding.translator import Translator, decoding_workers, default_precision, load_translator
+from nmt_cli.decoding.translator import Translator, load_translator
+from nmt_cli.decoding.workers import decoding_workers
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.files import line_count, not_an_input, output_target, to_terminal
@@ -62,7 +64,7 @@ def run(
     # The rules that hold whatever the checkpoint's [decode] says, checked before it is loaded.
     resolve(DecodeConfig(), decode, nbest, job.batch_tokens, sampling)
     dev = resolve_device(runtime.device)
-    workers = decoding_workers(runtime, dev)
+    workers = decoding_workers(runtime.workers, runtime.threads, dev)
     # One thread a process when there are several: forked workers must not inherit a thread pool.
     configure_cpu(1 if workers > 1 else runtime.threads)
     precision = runtime.precision or default_precision(dev)

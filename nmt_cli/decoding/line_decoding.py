@@ -9,14 +9,19 @@ a line without letters or digits is kept as it is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
+import numpy as np
+import torch
 from sentencepiece import SentencePieceProcessor
 
+from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import has_letters_or_digits, one_line
+from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding import terms, texts
 from nmt_cli.decoding.alignment import aligned_words
 from nmt_cli.decoding.batches import translate_sentences
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import Hypothesis
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.term_alignment import terms_aligned
@@ -24,12 +29,21 @@ from nmt_cli.decoding.terms import Constrained, Vocabulary, constrained_lines, p
 from nmt_cli.decoding.texts import Result, padded
 from nmt_cli.errors import SettingError
 
-if TYPE_CHECKING:
-    from nmt_cli.decoding.translator import Translator
+
+class Models(Protocol):
+    """What decoding a line needs of the loaded models (a Translator has it all)."""
+
+    ensemble: Ensemble
+    src_spm: SentencePieceProcessor | MosesBpe
+    tgt_spm: SentencePieceProcessor | MosesBpe
+    device: torch.device
+    shortlist: Shortlist | None
+
+    def source_ids(self, line: str, count: bool = True) -> np.ndarray: ...
 
 
 def with_phrases(
-    translator: Translator,
+    translator: Models,
     lines: Sequence[str | Constrained],
     settings: DecodeSettings,
     given: Iterable[Sequence[str]] | None,
@@ -47,7 +61,7 @@ def with_phrases(
 
 
 def decode_lines(
-    translator: Translator, lines: Sequence[str | Constrained], settings: DecodeSettings
+    translator: Models, lines: Sequence[str | Constrained], settings: DecodeSettings
 ) -> list[Result]:
     """Each line translated whole with `translator`'s models, with its phrases where it has any;
     the lines it cuts to the model's positions are counted in `translator.truncated`."""

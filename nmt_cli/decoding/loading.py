@@ -1,32 +1,30 @@
-"""Checkpoints loaded as Translators: ensembles checked to agree, models converted once for the
-precision they decode in, and the defaults of precision and worker processes for a device."""
+"""Checkpoints loaded for decoding: ensembles checked to agree, models converted once for the
+precision they decode in, and the default precision for a device. What is loaded is a plain value
+(`Loaded`), which the Translator is made from."""
 
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
+from sentencepiece import SentencePieceProcessor
 from torch import nn
 
 from nmt_cli import checkpoint
-from nmt_cli.config import ModelConfig
+from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.spm import processors
+from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding import int8
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.workers import usable_cores
 from nmt_cli.device import cpu_has_amx, cpu_has_fast_bf16
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.model import Transformer
 from nmt_cli.ranges import problem_with
-from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
-
-if TYPE_CHECKING:
-    from nmt_cli.decoding.translator import Translator
-
-MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
+from nmt_cli.user_settings import DecodeOverrides
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 """fp32 as trained; bf16 and fp16 (GPU): weights cast once at load (attention softmax and output
@@ -47,16 +45,6 @@ def default_precision(device: torch.device) -> str:
     return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
-def decoding_workers(runtime: RuntimeConfig, device: torch.device) -> int:
-    """Decoding processes: as asked; by default one per core on CPU (each of one thread), unless a
-    thread count is given, which then goes to a single process."""
-    if device.type != "cpu":
-        return 1
-    if runtime.workers == 0:
-        return 1 if runtime.threads > 0 else min(usable_cores(), MAX_AUTO_WORKERS)
-    return runtime.workers
-
-
 def check_decoding_precision(precision: object, device: torch.device) -> None:
     """A SettingError naming the precision (`--precision`, `precision=`) unless it decodes on `device`."""
     problem = problem_with(PRECISIONS, precision)
@@ -68,24 +56,44 @@ def check_decoding_precision(precision: object, device: torch.device) -> None:
         raise SettingError("precision", precision, problem)
 
 
-def load_translator(
+@dataclass(eq=False)  # one object per loaded model: equal to itself, hashable
+class Loaded:
+    """Checkpoints loaded as one ensemble, ready to decode: what a Translator is made of."""
+
+    ensemble: Ensemble
+    decode: DecodeConfig
+    """The recipe's [decode] settings with the load-time overrides applied."""
+    src_spm: SentencePieceProcessor | MosesBpe
+    """Source text -> ids: the sentencepiece model, or an imported model's Moses + BPE."""
+    tgt_spm: SentencePieceProcessor | MosesBpe
+    device: torch.device
+    precision: str
+    languages: tuple[str, str] | None
+    """(source, target) of the training corpus; None for checkpoints that do not record it."""
+    shortlist: Shortlist | None
+    """The vocabulary shortlist stored with the (first) checkpoint; None when it has none."""
+    source: Path
+    """The (first) checkpoint, for messages."""
+
+
+def load_models(
     paths: list[Path],
     device: torch.device,
     precision: str,
     overrides: DecodeOverrides = DecodeOverrides(),
-) -> Translator:
+) -> Loaded:
     """Load one or more checkpoints as an ensemble; they must share the target vocabulary."""
     check_decoding_precision(precision, device)
     return _ensemble([(path, checkpoint.load(path)) for path in paths], device, precision, overrides)
 
 
-def load_translators(
+def load_model_groups(
     paths: list[Path],
     device: torch.device,
     precision: str,
     overrides: DecodeOverrides = DecodeOverrides(),
-) -> list[tuple[Translator, list[Path]]]:
-    """One translator per language pair that the checkpoints record, with its checkpoints, in the
+) -> list[tuple[Loaded, list[Path]]]:
+    """One ensemble per language pair that the checkpoints record, with its checkpoints, in the
     order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that
     record no languages (an older nmt's) can only be served alone or with each other: nothing
     would route to them."""
@@ -111,7 +119,7 @@ def _ensemble(
     device: torch.device,
     precision: str,
     overrides: DecodeOverrides,
-) -> Translator:
+) -> Loaded:
     paths = [path for path, _ in loaded]
     models, spm_models, tokenizers, cfg, direction, shortlist = [], None, None, None, None, None
     for path, ckpt in loaded:
@@ -130,20 +138,18 @@ def _ensemble(
         model = model_of(run_cfg.model, ckpt.model, path)
         models.append(for_decoding(model.eval().to(device), precision))
     assert cfg is not None and spm_models is not None
-    from nmt_cli.decoding.translator import Translator  # which loads through this module
-
-    translator = Translator(
-        Ensemble(models),
-        overrides.apply(cfg.decode),
-        *_processors(spm_models, tokenizers, paths[0]),
-        device,
-        precision,
-        direction[1] if direction else None,
-        shortlist,
-        paths[0],
+    src_spm, tgt_spm = _processors(spm_models, tokenizers, paths[0])
+    return Loaded(
+        ensemble=Ensemble(models),
+        decode=overrides.apply(cfg.decode),
+        src_spm=src_spm,
+        tgt_spm=tgt_spm,
+        device=device,
+        precision=precision,
+        languages=direction[1] if direction else None,
+        shortlist=shortlist,
+        source=paths[0],
     )
-    translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
-    return translator
 
 
 def model_of(cfg: ModelConfig, weights: dict[str, torch.Tensor], path: Path) -> Transformer:

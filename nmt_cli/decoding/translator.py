@@ -35,39 +35,28 @@ import numpy as np
 import torch
 from sentencepiece import SentencePieceProcessor
 
-from nmt_cli.config import DecodeConfig
-from nmt_cli.data.shortlist import Shortlist
 from nmt_cli.data.text import visible, without_nul
-from nmt_cli.data.tokenizer import MosesBpe
 from nmt_cli.decoding import arguments
 from nmt_cli.decoding.alignment import Alignment
-from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.line_decoding import decode_lines, with_phrases
-from nmt_cli.decoding.loading import (  # noqa: F401  (the Translator's loaders, imported from here too)
-    PRECISIONS,
-    decoding_workers,
-    default_precision,
-    for_decoding,
-    load_translator,
-    load_translators,
-)
-from nmt_cli.decoding.settings import (  # noqa: F401  (DecodeOptions: the API's, imported from here too)
-    DecodeOptions,
-    DecodeSettings,
-    Sampling,
-    default_batch_tokens,
-    resolve,
-)
+from nmt_cli.decoding.loading import Loaded, load_model_groups, load_models
+from nmt_cli.decoding.settings import DecodeOptions, DecodeSettings, Sampling, default_batch_tokens, resolve
 from nmt_cli.decoding.terms import Constrained
 from nmt_cli.decoding.texts import Hypotheses, Result, text_lines, translate_by_sentence
-from nmt_cli.decoding.workers import WorkerPool, can_fork, fork_safe_threads, open_descriptors
+from nmt_cli.decoding.workers import (
+    WorkerPool,
+    can_fork,
+    decoding_workers,
+    fork_safe_threads,
+    open_descriptors,
+)
 from nmt_cli.errors import SettingError, literal, optional_import_failure
 from nmt_cli.ranges import check_setting
-from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
+from nmt_cli.user_settings import DecodeOverrides
 
 
 @dataclass(eq=False)  # one object per loaded model: equal to itself, hashable
-class Translator:
+class Translator(Loaded):
     """Loaded models with their sentencepiece processors and default decode settings.
 
     Safe to share between threads: calls are served one at a time (a lock), so a second caller
@@ -75,21 +64,6 @@ class Translator:
     at once on different workers. Decode settings given to a call apply to that call only.
     """
 
-    ensemble: Ensemble
-    decode: DecodeConfig
-    """The recipe's [decode] settings with the load-time overrides applied."""
-    src_spm: SentencePieceProcessor | MosesBpe
-    """Source text -> ids: the sentencepiece model, or an imported model's Moses + BPE."""
-    tgt_spm: SentencePieceProcessor | MosesBpe
-    device: torch.device
-    precision: str
-    languages: tuple[str, str] | None = None
-    """(source, target) of the training corpus; None for checkpoints that do not record it."""
-    shortlist: Shortlist | None = None
-    """The vocabulary shortlist stored with the (first) checkpoint, used by calls whose settings
-    ask for it (`shortlist`); None when the checkpoint has none."""
-    source: Path | None = None
-    """The (first) checkpoint, for messages."""
     truncated: int = 0
     """Input lines cut to the model's longest source so far."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -320,7 +294,7 @@ class Translator:
         check_setting("workers", workers)
         if self.device.type != "cpu" and workers > 1:
             raise SettingError("workers", workers, f"several workers are for CPU decoding, not {self.device}")
-        workers = decoding_workers(RuntimeConfig(workers=workers), self.device)
+        workers = decoding_workers(workers, 0, self.device)
         fds = open_descriptors(close_fds)  # before the running workers stop: a refusal keeps them
         self.close()  # the workers started before, if any
         if workers > 1 and can_fork():
@@ -372,3 +346,32 @@ class Translator:
     ) -> list[str | Constrained]:
         """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
         return with_phrases(self, lines, settings, given)
+
+
+def load_translator(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides = DecodeOverrides(),
+) -> Translator:
+    """Checkpoints loaded as one ensemble (`loading.load_models`), as a Translator."""
+    return _made(load_models(paths, device, precision, overrides))
+
+
+def load_translators(
+    paths: list[Path],
+    device: torch.device,
+    precision: str,
+    overrides: DecodeOverrides = DecodeOverrides(),
+) -> list[tuple[Translator, list[Path]]]:
+    """One translator per language pair the checkpoints record, with its checkpoints
+    (`loading.load_model_groups`)."""
+    return [
+        (_made(loaded), paths) for loaded, paths in load_model_groups(paths, device, precision, overrides)
+    ]
+
+
+def _made(loaded: Loaded) -> Translator:
+    translator = Translator(**vars(loaded))
+    translator.settings()  # the load-time overrides must make a valid call (a shortlist to use)
+    return translator

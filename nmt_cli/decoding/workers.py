@@ -37,6 +37,7 @@ Work = Callable[[list[Any], Any], tuple[list[Any], int]]
 """(a part of the lines, the call's settings) -> (one result per line, a count to add up)."""
 
 MIN_LINES_PER_PART = 32
+MAX_AUTO_WORKERS = 8  # beyond this, more processes cost memory for little gain at translate's batch sizes
 PARENT_CHECK_S = 1.0
 
 _WORK: Work | None = None  # what a forked worker runs; set in the parent only while it forks
@@ -73,6 +74,16 @@ class WorkerDied(RunFailure):
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def decoding_workers(workers: int, threads: int, device: torch.device) -> int:
+    """Decoding processes: `workers` as asked; 0, by default, one per core on CPU (each of one
+    thread), unless a thread count is given, which then goes to a single process."""
+    if device.type != "cpu":
+        return 1
+    if workers == 0:
+        return 1 if threads > 0 else min(usable_cores(), MAX_AUTO_WORKERS)
+    return workers
 
 
 def can_fork() -> bool:

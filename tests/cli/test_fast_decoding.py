@@ -18,8 +18,7 @@ from conftest import TrainedRun, nmt_command, sentences, subprocess_env, wait_un
 
 from nmt_cli import Sampling, Translator
 from nmt_cli.decoding import workers as worker_pool
-from nmt_cli.decoding.loading import decoding_workers
-from nmt_cli.decoding.workers import WorkerDied, WorkerPool
+from nmt_cli.decoding.workers import WorkerDied, WorkerPool, decoding_workers
 from nmt_cli.errors import InputError
 from nmt_cli.user_settings import RuntimeConfig
 
@@ -88,10 +87,10 @@ def test_two_workers_give_the_same_lines_in_the_same_order(
 
 def test_default_workers_one_per_core_unless_threads_are_given() -> None:
     cpu = torch.device("cpu")
-    assert decoding_workers(RuntimeConfig(workers=3), cpu) == 3
-    assert decoding_workers(RuntimeConfig(threads=2, workers=0), cpu) == 1
-    assert decoding_workers(RuntimeConfig(workers=0), cpu) >= 1
-    assert decoding_workers(RuntimeConfig(workers=4), torch.device("cuda")) == 1
+    assert decoding_workers(3, 0, cpu) == 3
+    assert decoding_workers(0, 2, cpu) == 1
+    assert decoding_workers(0, 0, cpu) >= 1
+    assert decoding_workers(4, 0, torch.device("cuda")) == 1
     with pytest.raises(InputError, match="workers=-1"):
         RuntimeConfig(workers=-1)
 

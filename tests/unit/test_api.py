@@ -143,7 +143,7 @@ def test_every_decode_override_is_a_keyword_of_the_api() -> None:
     """A setting added to DecodeOverrides (the CLI's and the server's) must reach translate() too."""
     import dataclasses
 
-    from nmt_cli.decoding.translator import DecodeOptions
+    from nmt_cli.decoding.settings import DecodeOptions
     from nmt_cli.user_settings import DecodeOverrides
 
     overrides = {f.name for f in dataclasses.fields(DecodeOverrides)}
