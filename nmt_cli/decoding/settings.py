@@ -2,7 +2,8 @@
 
 `nmt translate`, the Python API and `nmt serve` each gather what the user gave (options,
 keyword arguments, JSON fields) into `DecodeOverrides` and `Sampling`, then call `resolve`,
-which applies the rules between settings and fills in the checkpoint's recipe for the rest.
+which applies the rules between settings and fills in the checkpoint's recipe for the rest (a
+command checks them first with `check_before_load`, before it loads the checkpoint).
 Every value is checked against `ranges.SETTINGS`; every refusal is a `SettingError` naming the
 setting, which the command line words as `--flag`, the API as `name=` and HTTP as its field.
 No front end checks a decode setting itself. Pure Python: no torch, so the command line can
@@ -167,6 +168,19 @@ def resolve(
         name = "max_len_b" if "max_len_b" in given else "max_len_a"
         raise SettingError(name, 0, "{max_len_a} and {max_len_b} are both 0: no room for a translation")
     return DecodeSettings(settings, count, int(batch_tokens), sampling)  # type: ignore[call-overload]
+
+
+def check_before_load(
+    search: DecodeOverrides,
+    nbest: object = None,
+    batch_tokens: object = BATCH_TOKENS,
+    sampling: Sampling | None = None,
+) -> None:
+    """Raise what `resolve` would for the settings given, over the default recipe: the rules that
+    hold whatever a checkpoint's [decode] says, so that a command refuses a bad option before it
+    loads a model or waits for its input. The call's settings are then resolved once, against
+    the checkpoint (`Translator.settings`)."""
+    resolve(DecodeConfig(), search, nbest, batch_tokens, sampling)
 
 
 class DecodeOptions(TypedDict, total=False):
