@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The fast tier: every test but those marked slow (pyproject.toml); SLOW=1, as .ci/run gives, runs all.
+# JOBS test processes (pytest-xdist; JOBS=0: this one alone), a test file's tests in one process, so
+# that a module's server or model is made once: many tests wait on a child process or a server.
+JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(if $(filter 1,$(SLOW)),,-m "not slow")
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(if $(filter 1,$(SLOW)),,-m "not slow")
 
 lint: $(STAMP)
 	$(BIN)/ruff check nmt_cli tests bench

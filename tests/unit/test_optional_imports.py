@@ -202,7 +202,8 @@ INTEGRATIONS = {
     "deep-translator": ["deep_translator"],
     "selenium": ["selenium.webdriver"],
 }
-NOT_IMPORTED = {"pytest", "ruff", "mypy", "hypothesis", "import-linter"}  # tools, run by make lint/test
+# Tools, run by make lint and make test, not imported by nmt.
+NOT_IMPORTED = {"pytest", "pytest-xdist", "ruff", "mypy", "hypothesis", "import-linter"}
 ATTRIBUTES = {  # names that packages resolve lazily on first use, where a broken set shows
     "huggingface_hub": ["snapshot_download", "hf_hub_download"],
     "transformers": ["MarianMTModel", "MarianTokenizer"],
