@@ -31,8 +31,9 @@ from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import batch_fit, distributed, run_directory
 from nmt_cli.training.data_check import load_checked_splits
 from nmt_cli.training.distributed import World
-from nmt_cli.training.loop import Session, shape_multiple, train
+from nmt_cli.training.loop import shape_multiple, train
 from nmt_cli.training.run_directory import LAST
+from nmt_cli.training.session import Session
 from nmt_cli.training.vocabulary_check import check_vocabulary
 from nmt_cli.user_settings import RuntimeConfig
 

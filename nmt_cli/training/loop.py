@@ -6,7 +6,8 @@ a time (`update_freq` x world size under torchrun, shared out among the processe
 (`_Run.update`: accumulate gradients normalised by the update's target tokens, step Adam with the
 schedule's learning rate), checks the stop conditions (`stopping.check`), and at intervals logs,
 validates and saves (`_Run.at_intervals`). With several processes only rank 0 logs, validates
-and saves; `distributed.py` holds the collectives and `stopping.py` the stop conditions.
+and saves; `distributed.py` holds the collectives, `stopping.py` the stop conditions and
+`run_state.py` what a checkpoint saves and a resumed run restores.
 """
 
 from __future__ import annotations
@@ -14,60 +15,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 import torch
-from sentencepiece import SentencePieceProcessor
 
 from nmt_cli import checkpoint
-from nmt_cli.config import RunConfig, TrainConfig
+from nmt_cli.config import TrainConfig
 from nmt_cli.data.batching import collate, make_batches, weighted_epoch
-from nmt_cli.data.corpus import ParallelSplit
 from nmt_cli.data.prefetch import Ahead
-from nmt_cli.data.spm import Tokenizers
 from nmt_cli.errors import RunFailure
-from nmt_cli.model import Transformer
-from nmt_cli.recipe import to_dict
-from nmt_cli.report import MetricsLog, Reporter
-from nmt_cli.training import distributed, run_directory, stopping
+from nmt_cli.report import MetricsLog
+from nmt_cli.training import distributed, run_state, stopping
 from nmt_cli.training.bookkeeping import Bookkeeping, Progress
-from nmt_cli.training.distributed import World
 from nmt_cli.training.precision import HalfWeights
 from nmt_cli.training.schedule import learning_rate
+from nmt_cli.training.session import Session
 from nmt_cli.training.signals import StopSignal
 from nmt_cli.training.stopping import Agreed, Stop
 from nmt_cli.training.update import accumulate_gradients, apply_update, packed, with_real_rows
 from nmt_cli.training.validate import validate
-
-
-@dataclass
-class Session:
-    """What one `nmt train` invocation works with."""
-
-    model: Transformer
-    cfg: RunConfig
-    train_data: ParallelSplit
-    valid_data: ParallelSplit
-    languages: tuple[str, str]
-    """(source, target) of the corpus, recorded in every checkpoint."""
-    run_dir: Path
-    spm_models: dict[str, bytes]
-    tokenizers: Tokenizers | None
-    """How the data's text was read besides `spm_models` (an imported model's language codes):
-    recorded in every checkpoint, as translation must read text alike."""
-    device: torch.device
-    reporter: Reporter
-    tgt_processor: SentencePieceProcessor
-    """The target side's, for validation BLEU."""
-    world: World = field(default_factory=World)
-    """This process's place among the torchrun processes (one process by default)."""
-    corpus_sizes: list[int] = field(default_factory=list)
-    """Pairs of each training corpus, in order (for train.corpus_weights)."""
-    initial_optimizer: dict | None = None
-    """Adam's state to start a new run with (`nmt train --init-from --keep-optimizer`)."""
 
 
 def train(s: Session, resume: checkpoint.Checkpoint | None) -> Stop:
@@ -81,7 +49,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> Stop:
     if tc.compile:
         # Shares the model's parameters: validation and checkpoints use `model` itself.
         net = compiled(net)
-    optimizer, scaler, progress = _optimizer_state(s, resume)
+    optimizer, scaler, progress = run_state.start_state(s, resume)
     done = stopping.nothing_to_do(tc, progress)
     if done is not None:  # the same command run again: no update past the limit, no checkpoint pushed out
         return done
@@ -116,7 +84,7 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> Stop:
                 book.log()
         book.bar.close()
         if world.is_main and run.saved != progress.update:
-            _save(s, model, optimizer, scaler, progress)
+            run_state.save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return stop.at(progress.update)
 
@@ -235,7 +203,7 @@ class _Run:
             stopping.share_patience(progress, s.world)
         stop = stopping.check(tc, progress, self.agreed, own_signal)
         if s.world.is_main and (book.first_time(tc.save_every_updates, "save") or minutes_due):
-            _save(s, s.model, self.optimizer, self.scaler, progress)
+            run_state.save(s, s.model, self.optimizer, self.scaler, progress)
             self.last_save, self.saved = time.monotonic(), progress.update
         return stop
 
@@ -244,31 +212,6 @@ def compiled(net: torch.nn.Module) -> torch.nn.Module:
     """`net` through torch.compile, with dynamic shapes from the first batch on: batch lengths
     and rows vary, and compiling for the first shape alone would compile again at the second."""
     return cast(torch.nn.Module, torch.compile(net, dynamic=True))
-
-
-def _optimizer_state(
-    s: Session, resume: checkpoint.Checkpoint | None
-) -> tuple[torch.optim.Adam, torch.amp.GradScaler, Progress]:
-    """Adam, the fp16 loss scaler and the progress counters: fresh, resumed from the run's last
-    checkpoint, or with the moments of the model the run starts from (--init-from)."""
-    tc = s.cfg.train
-    optimizer = torch.optim.Adam(
-        s.model.parameters(), lr=0.0, betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps, fused=True
-    )  # fused: one kernel for all parameters instead of several per tensor
-    scaler = torch.amp.GradScaler(s.device.type, enabled=tc.precision == "fp16")
-    progress = Progress()
-    if resume is not None:
-        if resume.train_state is None or resume.progress is None:
-            raise RunFailure(f"{s.run_dir}: its last checkpoint holds no training state; use a new --out")
-        optimizer.load_state_dict(resume.train_state.optimizer)
-        restore_scaler(scaler, resume.train_state.scaler)
-        progress = Progress(**resume.progress)
-        _set_rng_state(resume.train_state.rng, s.device)
-    elif s.initial_optimizer is not None:
-        optimizer.load_state_dict(s.initial_optimizer)
-        for params in optimizer.param_groups:  # the moments carry over; the settings are this recipe's
-            params.update(betas=(tc.adam_betas[0], tc.adam_betas[1]), eps=tc.adam_eps)
-    return optimizer, scaler, progress
 
 
 def _epoch_batches(
@@ -315,13 +258,6 @@ def _updates(
         start += len(group)
 
 
-def restore_scaler(scaler: torch.amp.GradScaler, state: dict) -> None:
-    """Resume the loss scale. A bf16 or fp32 run saved an empty state (its scaler was off), so
-    resuming it in fp16 starts a fresh scale; one saved by fp16 is ignored by a disabled scaler."""
-    if state:
-        scaler.load_state_dict(state)
-
-
 def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> None:
     """Validate, keep the best checkpoint by train.best_metric, and count the validations without
     improvement (for train.patience: `stopping.check`)."""
@@ -348,56 +284,4 @@ def _validate(s: Session, metrics: MetricsLog, progress: Progress) -> None:
         f"valid at update {progress.update}: loss {result['loss']:.3f}, ppl {result['ppl']:.2f}{scores}"
     )
     if improved:
-        _save_best(s, progress)
-
-
-def _rng_state(device: torch.device) -> dict:
-    """The CPU generator and, on a GPU, this process's device generator only (reading every
-    visible GPU's would open a CUDA context on each of them from rank 0)."""
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and device.type == "cuda":
-        cuda = state["cuda"]  # one state; a list (one per GPU) in checkpoints of earlier versions
-        torch.cuda.set_rng_state(cuda if isinstance(cuda, torch.Tensor) else cuda[0], device)
-
-
-def _save(s: Session, model, optimizer, scaler, progress: Progress) -> None:
-    """A numbered checkpoint of the weights alone (what averaging and translating need), then
-    `checkpoint_last.pt` with the training state (what resume reads): a run keeping K numbered
-    checkpoints takes K times the weights, not K times Adam's moments besides."""
-    ckpt_dir, tc = s.run_dir / "checkpoints", s.cfg.train
-    config, weights, place = to_dict(s.cfg), model.state_dict(), asdict(progress)
-    kept = checkpoint.numbered_weights(weights, tc.checkpoint_precision, tc.precision)
-    numbered = checkpoint.Checkpoint(
-        "train", config, kept, s.spm_models, s.languages, place, tokenizers=s.tokenizers
-    )
-    checkpoint.save(numbered, ckpt_dir / checkpoint.numbered_name(progress.update))
-    state = checkpoint.TrainState(optimizer.state_dict(), scaler.state_dict(), _rng_state(s.device))
-    last = checkpoint.Checkpoint(
-        "train", config, weights, s.spm_models, s.languages, place, state, tokenizers=s.tokenizers
-    )
-    if (ckpt_dir / "checkpoint_last.pt").is_symlink():  # replaced, never written through
-        (ckpt_dir / "checkpoint_last.pt").unlink()
-    checkpoint.save(last, ckpt_dir / "checkpoint_last.pt")
-    checkpoint.prune(ckpt_dir, tc.keep_last)
-    kept_in = tc.precision if kept is not weights else "fp32"
-    run_directory.describe(ckpt_dir, kept_in)
-
-
-def _save_best(s: Session, progress: Progress) -> None:
-    ckpt = checkpoint.Checkpoint(
-        "best",
-        to_dict(s.cfg),
-        s.model.state_dict(),
-        s.spm_models,
-        s.languages,
-        asdict(progress),
-        tokenizers=s.tokenizers,
-    )
-    checkpoint.save(ckpt, s.run_dir / "checkpoints" / "checkpoint_best.pt")
+        run_state.save_best(s, progress)

@@ -412,7 +412,7 @@ def test_restricted_attention_in_bf16_trains_without_a_skipped_update(tmp_path: 
 
 
 def test_a_run_saved_without_loss_scaling_resumes_into_an_enabled_scaler(trained: TrainedRun) -> None:
-    from nmt_cli.training.loop import restore_scaler
+    from nmt_cli.training.run_state import restore_scaler
 
     saved = checkpoint.load(trained.checkpoint).train_state.scaler  # fp32 run: the scaler was off
     fresh = torch.amp.GradScaler("cpu", enabled=True)
