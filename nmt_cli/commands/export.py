@@ -138,6 +138,7 @@ def _export_hf_marian(model: Path, out: Path, force: bool, reporter: Reporter) -
     pieces = (_pieces(models[0], model), _pieces(models[1], model))
     net = loading.model_of(cfg, ckpt.model, model)
     shared = net.src_embed.tokens is net.tgt_embed.tokens
+    separate = not cfg.joint_vocab or pieces[0] != pieces[1]  # one id table, or one a side
     state = net.state_dict()
     if cfg.positions == "sinusoidal":  # nmt's interleaved layout, reordered to Marian's
         state = hf_marian.to_halves(state, hf_marian.halves_order(cfg.d_model))
@@ -145,7 +146,7 @@ def _export_hf_marian(model: Path, out: Path, force: bool, reporter: Reporter) -
     configs = (
         hf_marian.model_config(cfg, shared),
         hf_marian.generation_config(cfg, decode),
-        hf_marian.tokenizer_config(pieces[0] != pieces[1], ckpt.languages, cfg.max_positions),
+        hf_marian.tokenizer_config(separate, ckpt.languages, cfg.max_positions),
     )
 
     def fill(staging: Path) -> None:
