@@ -20,13 +20,12 @@ model's attention is on its source term, in place of the model's own word (`deco
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from nmt_cli.decoding.placement import Anchors, Placement, anchor_mask, gave_up, own_word_again, placement
+from nmt_cli.decoding.placement import Anchors, Placement, anchor_mask, placement
 from nmt_cli.decoding.ranking import top_k
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
@@ -295,76 +294,3 @@ def _bank_order(scores: Tensor, bank: Tensor, banks: int) -> Tensor:
     key = rank * banks + (banks - 1 - bank)
     key = key.masked_fill(~scores.isfinite(), m * banks + banks)
     return key.argsort(dim=1, stable=True)
-
-
-class ConstrainedBeam:
-    """The constraint side of a beam search: the batch's phrases and each hypothesis's progress."""
-
-    def __init__(self, constraints: Constraints, n: int, device: torch.device) -> None:
-        self.constraints = constraints
-        self.progress = ConstraintProgress.start(n, constraints.ids.shape[1], device)
-        self.chosen: Chosen | None = None
-        self.attended: Tensor | None = None
-
-    def restrict(
-        self, log_probs: Tensor, active: Tensor, at_limit: Tensor, attended: Callable[[], Tensor | None]
-    ) -> None:
-        """`restrict`; where phrases have anchors, with `attended` (`Batch.attended`), each
-        hypothesis's most attended source position, read for placement (`decoding.placement`):
-        a hypothesis that gave up a term's place ends here, unfinished (wandering on until its
-        attention met the source term again put the term in a sentence of its own; a sentence
-        left with none is searched again, `search`), and one that attends a placed term's source
-        again does not write the model's own word for it there."""
-        r = log_probs.shape[0] // active.numel()
-        lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)
-        anchors = self.constraints.anchors
-        self.attended = attended() if anchors is not None else None
-        if anchors is not None and self.attended is not None:
-            best = log_probs.argmax(dim=1)
-            lost = gave_up(anchors[active], self.progress.met, lengths, best)
-            log_probs.masked_fill_(lost.unsqueeze(1), float("-inf"))
-            if self.constraints.word_starts is not None:
-                # Right after a term the attention often still rests on its source, and the model's
-                # likeliest piece is the sentence's next word: the rule waits a step.
-                placed = self.progress.met & ~self.progress.ended.unsqueeze(1)
-                own = own_word_again(
-                    anchors[active], placed, self.attended, best, self.constraints.word_starts
-                )
-                log_probs.scatter_(1, own.unsqueeze(1), float("-inf"))  # PAD where none: already -inf
-        restrict(log_probs, self.progress, lengths, at_limit, self.constraints.word_ends)
-
-    def candidates(
-        self, cand: Tensor, log_probs: Tensor, active: Tensor, k: int, width: int
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        mine = self.constraints.select(active)
-        self.chosen = candidates(cand, log_probs, self.progress, mine, k, width, self.attended)
-        return self.chosen.scores, self.chosen.beams, self.chosen.tokens
-
-    def settled(self, active: Tensor, finished: Tensor) -> Tensor | bool:
-        """(A,) the sentences with terms placed by their source (`decoding.placement`) that have a
-        translation (`finished`, (A,) how many) and no hypothesis left that holds their phrases:
-        those left could only put a term out of its place. False without such terms."""
-        anchors = self.constraints.anchors
-        if anchors is None:
-            return False
-        lengths = self.constraints.lengths[active]
-        rows = self.progress.met.shape[0] // active.numel()
-        holding = self.progress.all_met(lengths.repeat_interleave(rows, dim=0)).view(-1, rows).any(dim=1)
-        guided = (~anchors[active][:, :, -1] & (lengths > 0)).any(dim=1)
-        return guided & (finished > 0) & ~holding
-
-    def may_end_at_limit(self, finished: Tensor, first: Tensor) -> Tensor:
-        """(A, M): at the length limit, a candidate ends if it met its phrases; one with a phrase
-        unmet only if its sentence has nothing better: no finished hypothesis, and no candidate
-        that met them among the `first` (A, M) that end now."""
-        assert self.chosen is not None
-        met = self.chosen.all_met
-        better = (finished.amax(dim=1) > float("-inf")) | (met & first).any(dim=1)
-        return met | ~better.unsqueeze(1)
-
-    def keep(self, columns: Tensor) -> None:
-        """The progress of the candidates that continue, `columns` (A, K) of the step's order."""
-        assert self.chosen is not None
-        m = self.chosen.scores.shape[1]
-        rows = (torch.arange(columns.shape[0], device=columns.device).unsqueeze(1) * m + columns).flatten()
-        self.progress = self.chosen.progress.select(rows)

@@ -18,12 +18,13 @@ import torch
 from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.constraints import ConstrainedBeam, Constraints
+from nmt_cli.decoding.constraints import Constraints
 from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
 from nmt_cli.decoding.ranking import top_k
 from nmt_cli.decoding.sampling import draw, row_keys, uniforms
 from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.decoding.strategies import BeamStrategy, beam_strategy
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
@@ -181,11 +182,11 @@ def beam_search(
     finished one) or at its maximum length; done sentences leave the batch every `prune_every`
     steps (`prune_interval`; with constraints, every step)."""
     n, k, device = src.shape[0], cfg.beam, src.device
-    every = 1 if constraints is not None else prune_every or prune_interval(device)
+    search = beam_strategy(constraints, vocab, n, device)
+    every = 1 if search.prunes_every_step else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    guided = constraints is not None and constraints.anchors is not None  # placement reads attention
-    batch = ensemble.start(src, 1, vocab, align or guided, max_steps)
+    batch = ensemble.start(src, 1, vocab, align or search.reads_attention, max_steps)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids in the batch
@@ -193,21 +194,15 @@ def beam_search(
     scores = torch.zeros((n, 1), device=device)
     history = torch.empty((n, 1, 0), dtype=torch.long, device=device)
     tokens = torch.full((n, 1), ensemble.start_id, dtype=torch.long, device=device)
-    search = ConstrainedBeam(constraints.in_vocabulary(vocab), n, device) if constraints is not None else None
     for t in range(max_steps):
         log_probs = ensemble.step(tokens, batch)  # (A*R, V), R rows per sentence
         a, r, width = active.numel(), per_sentence, log_probs.shape[-1]  # width: the batch's vocabulary
         row_limit = limit[active].repeat_interleave(r)
         _constrain_length(log_probs, t, row_limit, cfg.min_len, cfg.early_stopping, on_device=every > 1)
-        if search is not None:
-            search.restrict(log_probs, active, t + 1 >= row_limit, batch.attended)
+        search.restrict(log_probs, active, t + 1 >= row_limit, batch.attended)
         # In place: a new vocabulary-wide tensor each step costs more than the addition.
         cand = log_probs.view(a, r, width).add_(scores.unsqueeze(-1)).view(a, r * width)
-        if search is None:
-            top = _best_continuations(cand, k, r, width)
-        else:
-            top = search.candidates(cand, log_probs, active, k, width)
-        candidates = _candidates(*top, k, done)
+        candidates = _candidates(*search.candidates(cand, log_probs, active, k, width), k, done)
         stored = batch.stored(candidates.tokens, candidates.beams)
         at_end = t + 1 >= limit[active]
         penalty = length_penalty(t + 1, cfg.lenpen, cfg.lenpen_style)
@@ -233,14 +228,13 @@ def _done(
     scores: Tensor,
     active: Tensor,
     penalty: float,
-    search: ConstrainedBeam | None = None,
+    search: BeamStrategy,
 ) -> Tensor:
     """Which active sentences are done: K hypotheses finished with early stopping; otherwise, once
     the best running score (`scores`, (A, K)) at its length cannot beat the worst finished one;
-    either way, a sentence with no hypothesis left (a constrained search's, `ConstrainedBeam`),
-    and one whose terms are placed by their source that has a translation and no hypothesis left
-    holding them (`ConstrainedBeam.settled`)."""
-    settled = search.settled(active, fin.count[active]) if search is not None else False
+    either way, a sentence with no hypothesis left (a constrained search's) and one the strategy
+    has settled (`BeamStrategy.settled`)."""
+    settled = search.settled(active, fin.count[active])
     if early_stopping:
         return (fin.count[active] >= fin.scores.shape[1]) | scores.isneginf().all(dim=1) | settled
     worst = fin.scores[active].min(dim=1).values  # -inf while a slot is free
@@ -263,7 +257,7 @@ def _finish(
     active: Tensor,
     at_end: Tensor,
     penalty: float,
-    search: ConstrainedBeam | None,
+    search: BeamStrategy,
 ) -> None:
     """The step's ending candidates into `fin`: first come with early stopping; otherwise the K best,
     where at the length limit (`at_end`, (A,)) every candidate of the first K ends, whatever its
@@ -271,8 +265,7 @@ def _finish(
     k = fin.scores.shape[1]
     first = c.scores.isfinite() & (torch.arange(c.scores.shape[1], device=c.scores.device) < k)
     ends = c.ending if early_stopping else c.ending | (at_end.unsqueeze(1) & first)
-    if search is not None:  # a hypothesis with a phrase unmet ends only at the length limit
-        ends = ends & search.may_end_at_limit(fin.scores[active], ends)
+    ends = search.may_end(ends, fin.scores[active])
     if early_stopping:
         fin.take_free_slots(dataclasses.replace(c, ending=ends), history, active, history.shape[2], penalty)
         return
@@ -290,7 +283,7 @@ def _candidates(scores: Tensor, beams: Tensor, tokens: Tensor, k: int, done: Ten
 
 
 def _continuing(
-    c: Candidates, stored: Tensor, history: Tensor, k: int, search: ConstrainedBeam | None
+    c: Candidates, stored: Tensor, history: Tensor, k: int, search: BeamStrategy
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The hypotheses that continue: the K best candidates without EOS (there are always at least
     K), as the hypotheses (A, K) they continue, their scores (A, K), their last pieces (A * K, 1)
@@ -299,28 +292,16 @@ def _continuing(
     order = torch.where(c.tokens == EOS_ID, rank + rank.shape[1], rank)
     keep_cols = order.topk(k, dim=1, largest=False).indices  # (A, K)
     beams = c.beams.gather(1, keep_cols)
-    if search is not None:
-        search.keep(keep_cols)
+    search.keep(keep_cols)
     scores, tokens = c.scores.gather(1, keep_cols), c.tokens.gather(1, keep_cols).reshape(-1, 1)
     return beams, scores, tokens, _extended(history, beams, stored.gather(1, keep_cols))
 
 
-def _leave_done(batch: Batch, keep: Tensor, beams: Tensor, r: int, search: ConstrainedBeam | None) -> None:
-    """Leave the done sentences out of the decoder state and of a constrained search's progress:
+def _leave_done(batch: Batch, keep: Tensor, beams: Tensor, r: int, search: BeamStrategy) -> None:
+    """Leave the done sentences out of the decoder state and of the strategy's (`BeamStrategy.prune`):
     `keep` holds the active sentences not done; each of their hypothesis rows is taken from the one
     of R that it continues (`beams`, (A, K))."""
     a, k = beams.shape
-    if search is not None:
-        search.progress = search.progress.select(
-            (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).flatten()
-        )
+    search.prune(keep, k)
     leaving = keep.numel() < a  # memory rows move only when sentences leave
     batch.reorder((keep.unsqueeze(1) * r + beams[keep]).flatten(), keep if leaving else None, beam=k)
-
-
-def _best_continuations(cand: Tensor, k: int, r: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The 2K best of (A, R * V) candidate scores: their scores, hypotheses and pieces (A, 2K)."""
-    if r * width < 2 * k:  # a vocabulary smaller than 2K (tests): impossible candidates fill up
-        cand = torch.cat([cand, cand.new_full((cand.shape[0], 2 * k - r * width), float("-inf"))], dim=1)
-    top_scores, top_idx = top_k(cand, 2 * k)  # (A, 2K)
-    return top_scores, (top_idx // width).clamp_(max=r - 1), top_idx % width

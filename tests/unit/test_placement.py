@@ -15,11 +15,12 @@ from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
 from nmt_cli.decoding.batches import translate_batch
-from nmt_cli.decoding.constraints import ConstrainedBeam, ConstraintProgress, Constraints, restrict
+from nmt_cli.decoding.constraints import ConstraintProgress, Constraints, restrict
 from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.placement import Anchors, Placement, gave_up, own_word_again, placement
 from nmt_cli.decoding.search import beam_search
 from nmt_cli.decoding.settings import DecodeSettings
+from nmt_cli.decoding.strategies import ConstrainedBeam
 from nmt_cli.decoding.terms import Constrained, Vocabulary, anchors_of, constrained_lines
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import EOS_ID, PAD_ID
