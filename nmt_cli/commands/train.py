@@ -23,11 +23,11 @@ from nmt_cli.config import ModelConfig, RunConfig, TrainConfig
 from nmt_cli.data import corpus, spm
 from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
-from nmt_cli.files import atomic_write, locked_directory
+from nmt_cli.files import locked_directory
 from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.model.packing import packing_supported
-from nmt_cli.recipe import dump_toml, load_recipe, to_dict, with_overrides
-from nmt_cli.report import MetricsLog, Reporter
+from nmt_cli.recipe import load_recipe, to_dict, with_overrides
+from nmt_cli.report import Reporter
 from nmt_cli.training import batch_fit, distributed, run_directory
 from nmt_cli.training.data_check import load_checked_splits
 from nmt_cli.training.distributed import World
@@ -128,7 +128,9 @@ def open_session(
     checkpoint, or start it from `start` (every process reads the same files: --data and --out
     must be shared by all nodes)."""
     meta = corpus.load_meta(data)
-    resume, init = _checkpoints(out, start, reporter)
+    resume, init = run_directory.checkpoints_to_start(
+        out, start.checkpoint if start is not None else None, reporter
+    )
     spm_models, tokenizers = spm.read_models(data, meta), spm.read_tokenizers(data, meta)
     # Before the config: a vocabulary of another size would otherwise be reported as a model field.
     check_vocabulary(
@@ -146,15 +148,7 @@ def open_session(
         cfg = resolve_config(recipe, overrides, meta, init, start.checkpoint, fine_tune=True, joint=joint)
     else:
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
-    main_precision = _agreed_precision(cfg, precision, dev, world, reporter)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=main_precision))
-    cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
-    check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
-    if cfg.train.packed and not packing_supported(cfg.model):
-        raise InputError(
-            "train.packed: a model with model.residual_attention or model.attention_window trains "
-            "on padded batches; set train.packed = false"
-        )
+    cfg = _as_trained(cfg, precision, dev, world, reporter)
     train_data, valid_data = load_checked_splits(data, meta, cfg)
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0
@@ -163,7 +157,7 @@ def open_session(
     if resume is None and cfg.train.fit_batch and cfg.train.update_tokens and dev.type == "cuda":
         cfg = _fit_batch(cfg, model, train_data, dev, world, reporter)
     if world.is_main:
-        _prepare_run_directory(out, cfg, update, _place_in_data(resume))
+        run_directory.prepare(out, cfg, update, run_directory.place_in_data(resume))
     begun = "resuming" if resume else f"starting from {start.checkpoint}," if init and start else "training"
     reporter.info(f"{begun} {out} at update {update}: {_summary(cfg, model, len(train_data), dev, world)}")
     session = Session(
@@ -183,6 +177,23 @@ def open_session(
         initial_optimizer=optimizer_state,
     )
     return session, resume
+
+
+def _as_trained(
+    cfg: RunConfig, precision: str | None, dev: torch.device, world: World, reporter: Reporter
+) -> RunConfig:
+    """`cfg` as these processes train it: in the precision they agree on, with each process's
+    share of an update, checked against the device and the model."""
+    main_precision = _agreed_precision(cfg, precision, dev, world, reporter)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=main_precision))
+    cfg = dataclasses.replace(cfg, train=cfg.train.for_processes(world.size))
+    check_precision(cfg.train.precision, dev, ("bf16", "fp16", "fp32"))
+    if cfg.train.packed and not packing_supported(cfg.model):
+        raise InputError(
+            "train.packed: a model with model.residual_attention or model.attention_window trains "
+            "on padded batches; set train.packed = false"
+        )
+    return cfg
 
 
 def _agreed_precision(
@@ -251,48 +262,6 @@ def _cpu_bf16_or_fp32(cfg: RunConfig, reporter: Reporter) -> RunConfig:
         why = f"this CPU multiplies bf16 at {speedup:.2f}x the speed of fp32 (measured)"
     reporter.warn(f"{why}: training in fp32 instead of the recipe's bf16 (--precision bf16 forces it)")
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="fp32"))
-
-
-def _checkpoints(
-    out: Path, start: Start | None, reporter: Reporter
-) -> tuple[checkpoint.Checkpoint | None, checkpoint.Checkpoint | None]:
-    """The run's last checkpoint to resume, or else the --init-from one to start from (or neither)."""
-    last = out / LAST
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    # A link to nowhere is loaded too, for its one-line error: never taken for a new run.
-    resume = run_directory.last_checkpoint(last) if last.exists() or last.is_symlink() else None
-    if resume is None:
-        run_directory.nothing_else_in(out)
-    if start is not None and resume is not None:
-        reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
-    init = checkpoint.load(start.checkpoint) if start is not None and resume is None else None
-    return resume, init
-
-
-def _place_in_data(resume: checkpoint.Checkpoint | None) -> tuple[int, int]:
-    """The (epoch, batch) a resumed run goes on from."""
-    progress = resume.progress if resume is not None and resume.progress is not None else {}
-    return int(progress.get("epoch", 1)), int(progress.get("batch", 0))
-
-
-def _prepare_run_directory(out: Path, cfg: RunConfig, update: int, place: tuple[int, int]) -> None:
-    """checkpoints/ (without what a killed run left half-written), the resolved config.toml, and
-    metrics.jsonl without the records past `update` (a killed session's, which this one redoes)."""
-    try:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(
-            f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a writable --out"
-        ) from None
-    checkpoint.remove_stale_temporaries(out / "checkpoints")
-    for name in ("config.toml", "metrics.jsonl"):  # found now, not at the first log hours in
-        path = out / name
-        if path.exists() and not path.is_file() or path.is_symlink():
-            raise InputError(f"--out {out}: {name} is in the way and is not a file; move it")
-    with atomic_write(out / "config.toml") as stream:
-        stream.write(dump_toml(cfg))
-    MetricsLog(out / "metrics.jsonl").keep_until(update, place)
 
 
 def _build_model(

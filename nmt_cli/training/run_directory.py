@@ -1,13 +1,17 @@
-"""The rules of a run directory (`nmt train --out`) that protect earlier work: which checkpoint a
-run resumes from, and where a new run may start."""
+"""A run directory (`nmt train --out`): the rules that protect earlier work (which checkpoint a
+run resumes from, and where a new run may start), and what a session writes there before its
+first update."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from nmt_cli import checkpoint
+from nmt_cli.config import RunConfig
 from nmt_cli.errors import InputError
 from nmt_cli.files import atomic_write
+from nmt_cli.recipe import dump_toml
+from nmt_cli.report import MetricsLog, Reporter
 
 LAST = Path("checkpoints") / "checkpoint_last.pt"
 
@@ -44,6 +48,48 @@ def _start_from(numbered: Path, last: Path) -> str:
         f"numbered checkpoints hold weights only: train on from {numbered.name} in a new run with "
         f"--init-from {numbered} --out NEW_DIR"
     )
+
+
+def checkpoints_to_start(
+    out: Path, init_from: Path | None, reporter: Reporter
+) -> tuple[checkpoint.Checkpoint | None, checkpoint.Checkpoint | None]:
+    """The run's last checkpoint to resume, or else the --init-from one to start from (or neither)."""
+    last = out / LAST
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    # A link to nowhere is loaded too, for its one-line error: never taken for a new run.
+    resume = last_checkpoint(last) if last.exists() or last.is_symlink() else None
+    if resume is None:
+        nothing_else_in(out)
+    if init_from is not None and resume is not None:
+        reporter.info(f"{out} has checkpoints: resuming it (--init-from applies to a new run only)")
+    init = checkpoint.load(init_from) if init_from is not None and resume is None else None
+    return resume, init
+
+
+def place_in_data(resume: checkpoint.Checkpoint | None) -> tuple[int, int]:
+    """The (epoch, batch) a resumed run goes on from."""
+    progress = resume.progress if resume is not None and resume.progress is not None else {}
+    return int(progress.get("epoch", 1)), int(progress.get("batch", 0))
+
+
+def prepare(out: Path, cfg: RunConfig, update: int, place: tuple[int, int]) -> None:
+    """checkpoints/ (without what a killed run left half-written), the resolved config.toml, and
+    metrics.jsonl without the records past `update` (a killed session's, which this one redoes)."""
+    try:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(
+            f"--out {out}: cannot create the run directory ({err.strerror or err}); choose a writable --out"
+        ) from None
+    checkpoint.remove_stale_temporaries(out / "checkpoints")
+    for name in ("config.toml", "metrics.jsonl"):  # found now, not at the first log hours in
+        path = out / name
+        if path.exists() and not path.is_file() or path.is_symlink():
+            raise InputError(f"--out {out}: {name} is in the way and is not a file; move it")
+    with atomic_write(out / "config.toml") as stream:
+        stream.write(dump_toml(cfg))
+    MetricsLog(out / "metrics.jsonl").keep_until(update, place)
 
 
 def describe(directory: Path, kept_in: str) -> None:
