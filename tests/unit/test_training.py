@@ -1,4 +1,4 @@
-"""Loss, schedule, batching and gradient accumulation."""
+"""Loss, schedule, batching, gradient accumulation and when a run stops."""
 
 import os
 import signal
@@ -12,11 +12,12 @@ from nmt_cli.config import ModelConfig, TrainConfig
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.model import Transformer
 from nmt_cli.special_ids import PAD_ID
+from nmt_cli.training.bookkeeping import Progress
 from nmt_cli.training.loop import accumulate_gradients
 from nmt_cli.training.loss import label_smoothed_nll
 from nmt_cli.training.schedule import inverse_sqrt, linear, noam
 from nmt_cli.training.signals import StopSignal
-from nmt_cli.training.stopping import budget_spent
+from nmt_cli.training.stopping import Agreed, Stop, budget_spent, check, nothing_to_do
 
 
 def test_label_smoothing_equals_the_dense_reference():
@@ -104,6 +105,43 @@ def test_the_budget_spent_is_the_larger_share_of_updates_and_minutes():
     assert budget_spent(TrainConfig(max_updates=0, max_minutes=10.0), 10**6, 120.0) == pytest.approx(0.2)
     assert budget_spent(TrainConfig(max_updates=100, max_minutes=0.0), 150, 1e9) == 1.0
     assert budget_spent(TrainConfig(max_updates=0, max_minutes=0.0), 500, 500.0) == 0.0
+
+
+def test_the_first_stop_condition_met_names_the_stop_and_a_signal_its_exit():
+    tc = TrainConfig(max_updates=10, max_minutes=1.0, max_epochs=2, patience=3)
+    at_limit = Progress(update=10, train_seconds=90.0, epoch=3, bad_validations=3)
+    assert check(tc, at_limit, Agreed(signalled=True), "SIGTERM") == Stop(
+        "signal", "stopped by SIGTERM", signal.SIGTERM
+    )
+    another = check(tc, at_limit, Agreed(signalled=True))
+    assert another == Stop("signal", "stopped by a signal to another process")  # exits 0, with the others
+    assert check(tc, at_limit, Agreed()) == Stop("limit", "reached train.max_updates = 10")
+    # After an update the clock is the processes' agreement, before the first it is the run's own.
+    assert check(tc, Progress(train_seconds=90.0), Agreed()) is None
+    assert check(tc, Progress(train_seconds=90.0)) == Stop("limit", "reached train.max_minutes = 1")
+    assert check(tc, Progress(epoch=3), Agreed()) == Stop("limit", "reached train.max_epochs = 2")
+    impatient = check(tc, Progress(bad_validations=3), Agreed())
+    assert impatient == Stop("patience", "early stopping (valid loss did not improve for 3 validations)")
+    assert check(tc, Progress(bad_validations=3, best_metric="bleu"), Agreed()) is None  # counted for another
+    assert check(tc, Progress(update=9, epoch=2, bad_validations=2), Agreed()) is None
+
+
+def test_a_run_that_met_a_limit_already_has_nothing_to_do():
+    tc = TrainConfig(max_updates=10, patience=3)
+    assert nothing_to_do(tc, Progress(update=9)) is None
+    done = nothing_to_do(tc, Progress(update=10))
+    assert done is not None and done.kind == "nothing to do" and done.signal is None
+    assert done.message == (
+        "nothing to do: the run reached train.max_updates = 10 at update 10; raise it with --set to go on"
+    )
+    early = nothing_to_do(tc, Progress(update=4, bad_validations=3))
+    assert early is not None and early.message.startswith(
+        "nothing to do: the run stopped early (train.patience = 3)"
+    )
+    assert (
+        Stop("limit", "reached train.max_updates = 10").at(10).message
+        == "reached train.max_updates = 10 at update 10"
+    )
 
 
 def test_batches_respect_the_token_budget_and_cover_every_pair():
