@@ -297,17 +297,20 @@ def import_(
 def export(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint.", **opt.AS_PATH)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.", **opt.AS_PATH)],
-    format_: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    format_: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or hf-marian (transformers' MarianMTModel).")
+    ] = "ctranslate2",
     quantization: Annotated[
         str,
         typer.Option(
-            help="Weights: none (fp32), int8, int8_float32, int8_bfloat16, int16, float16, bfloat16."
+            help="ctranslate2's weights: none (fp32), int8, int8_float32, int8_bfloat16, int16, "
+            "float16, bfloat16."
         ),
     ] = "none",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
     quiet: opt.Quiet = False,
 ) -> None:
-    """Write a checkpoint as a CTranslate2 model directory, with its sentencepiece model."""
+    """Write a checkpoint as a CTranslate2 or Hugging Face Marian model directory, with its tokenizer."""
     from nmt_cli.commands import export as command
 
     imported()
