@@ -26,7 +26,7 @@ from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.search import Hypothesis, beam_search, greedy_search
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model import Transformer, transformer
-from nmt_cli.model.attention import KVCache, StaticKVCache
+from nmt_cli.model.kv_cache import KVCache, StaticKVCache
 from nmt_cli.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 30
@@ -214,12 +214,10 @@ class Case:
         vocab = SHORTLIST if self.shortlist else None
         constraints = Constraints.of(PHRASES, False, torch.device("cpu")) if self.constraints else None
         with torch.inference_mode():
+            settings = DecodeSettings(cfg, self.nbest, alignments=self.align)
             if self.beam == 1 and constraints is None:
-                settings = DecodeSettings(cfg, alignments=self.align)
                 return greedy_search(ensemble, sources(), settings, vocab, self.prune_every)
-            return beam_search(
-                ensemble, sources(), cfg, self.nbest, vocab, constraints, self.align, self.prune_every
-            )
+            return beam_search(ensemble, sources(), settings, vocab, constraints, self.prune_every)
 
 
 CASES = [
