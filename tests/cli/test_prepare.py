@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from nmt_cli.cli.main import main
-from nmt_cli.commands import prepare as prepare_command
-from nmt_cli.data import corpus, corpus_writer, spm, vocabulary
+from nmt_cli.data import binarize, corpus, corpus_writer, spm, vocabulary
 from nmt_cli.errors import InputError, Terminated
 
 EN = "a dog cat man woman runs sleeps on the big small red blue street house bridge girl boy".split()
@@ -418,7 +417,7 @@ def test_a_killed_worker_fails_the_run_with_one_line_and_keeps_nothing(
     capsys, data: Path, tmp_path: Path, monkeypatch
 ) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(prepare_command, "CHUNK", 16)  # many tasks: some are in flight at the kill
+    monkeypatch.setattr(binarize, "CHUNK", 16)  # many tasks: some are in flight at the kill
     write = corpus_writer.SideWriter.write
     killed: list[object] = []  # the worker killed
     # Workers of an earlier test's pool (left to the collector) may still be alive: kill prepare's.
