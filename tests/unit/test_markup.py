@@ -11,7 +11,7 @@ from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt_cli.decoding import markup, markup_projection, markup_units, markup_writing
+from nmt_cli.decoding import markup, markup_projection, markup_spans, markup_units, markup_writing
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
 
@@ -253,7 +253,7 @@ def test_inline_elements_are_placed_without_scanning_every_word_for_each() -> No
         unit.texts.append((f"w{k} ", (k,)))
         unit.elements[k] = lxml.html.Element("b")
     word_owners: list[set[int]] = [Counted({k}) for k in range(n)]
-    spans = markup_projection.spans_of(unit, word_owners, {k: [k] for k in range(n)}, lambda i: i, n)
+    spans = markup_spans.spans_of(unit, word_owners, {k: [k] for k in range(n)}, lambda i: i, n)
     assert [(span.start, span.end) for span in spans.values()] == [(k, k) for k in range(n)]
     assert len(checks) <= n
 
