@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt_cli import __version__
-from nmt_cli.data import binarize, corpus, corpus_owner, corpus_writer, spm, text, vocabulary
+from nmt_cli.data import corpus, corpus_owner, corpus_writer, spm, text, vocabulary
+from nmt_cli.data.binarize import REASONS, encode_part
 from nmt_cli.data.vocabulary import SEED
 from nmt_cli.errors import InputError, RunFailure
 from nmt_cli.locking import not_the_working_directory
@@ -234,12 +235,10 @@ def _prepare(
     with spm.ParallelEncoder(models, workers, tokenizers) as encoder:
         for split, split_parts in parts.items():
             writers = [corpus_writer.SideWriter(staging, split, lang, dtype) for lang in (src, tgt)]
-            flagged[split] = dict.fromkeys(binarize.REASONS, 0)
+            flagged[split] = dict.fromkeys(REASONS, 0)
             for paths, n_pairs, tag in split_parts:
                 before = writers[0].sentences
-                part_flagged = binarize.encode_part(
-                    encoder, writers, split, paths, n_pairs, options, tag, reporter
-                )
+                part_flagged = encode_part(encoder, writers, split, paths, n_pairs, options, tag, reporter)
                 for reason, count in part_flagged.items():
                     flagged[split][reason] += count
                 if split == "train":
