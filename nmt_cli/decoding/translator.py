@@ -17,57 +17,41 @@ joined with the whitespace that separated them (`split_sentences=False` translat
 Checkpoints are loaded as an ensemble with their sentencepiece models; lists of raw strings go
 in. `nmt translate`, `nmt attend`, `nmt serve` and the benchmarks share it. No printing and no
 files besides the checkpoints it loads; torch's thread count is the one process-wide setting it
-changes, and only when asked (`threads`).
+changes, and only when asked (`threads`). The decoding itself is the engine's (`decoding.engine`),
+which a Translator is, with the user's calls added.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, NoReturn, SupportsIndex, Unpack, overload
+from typing import Literal, Unpack, overload
 
-import numpy as np
 import torch
-from sentencepiece import SentencePieceProcessor
 
-from nmt_cli.data.text import visible, without_nul
 from nmt_cli.decoding import arguments
 from nmt_cli.decoding.alignment import Alignment
-from nmt_cli.decoding.line_decoding import decode_lines, with_phrases
+from nmt_cli.decoding.engine import Engine
 from nmt_cli.decoding.loading import Loaded, load_model_groups, load_models
 from nmt_cli.decoding.settings import DecodeOptions, DecodeSettings, Sampling, default_batch_tokens, resolve
-from nmt_cli.decoding.terms import Constrained
-from nmt_cli.decoding.texts import Hypotheses, Result, text_lines, translate_by_sentence
-from nmt_cli.decoding.workers import (
-    WorkerPool,
-    can_fork,
-    decoding_workers,
-    fork_safe_threads,
-    open_descriptors,
-)
-from nmt_cli.errors import SettingError, literal, optional_import_failure
+from nmt_cli.decoding.texts import Hypotheses, text_lines
+from nmt_cli.errors import SettingError, literal
 from nmt_cli.ranges import check_setting
 from nmt_cli.user_settings import DecodeOverrides
 
 
 @dataclass(eq=False)  # one object per loaded model: equal to itself, hashable
-class Translator(Loaded):
+class Translator(Engine):
     """Loaded models with their sentencepiece processors and default decode settings.
 
     Safe to share between threads: calls are served one at a time (a lock), so a second caller
     waits for the first; with decoding workers (`start_workers`), calls from several threads run
     at once on different workers. Decode settings given to a call apply to that call only.
     """
-
-    truncated: int = 0
-    """Input lines cut to the model's longest source so far."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _pool: WorkerPool | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def load(
@@ -90,15 +74,6 @@ class Translator(Loaded):
         if threads > 0:
             torch.set_num_threads(threads)
         return translator
-
-    @property
-    def aligns(self) -> bool:
-        """Whether its translations can be word-aligned (sentencepiece models; not Moses + BPE)."""
-        return isinstance(self.src_spm, SentencePieceProcessor)
-
-    @property
-    def max_source(self) -> int:
-        return self.ensemble.max_positions - 1  # room for EOS
 
     @overload
     def translate(
@@ -158,24 +133,6 @@ class Translator(Loaded):
         settings = arguments.call_settings(self.settings, options, 1, "translate_html")
         return self.translate_markup(fragments, dataclasses.replace(settings, scores=False), document)
 
-    def translate_markup(
-        self, fragments: Sequence[str], settings: DecodeSettings, documents: bool = False
-    ) -> list[str]:
-        """`translate_html` with settings made by `settings()`; MarkupError (an InputError) if unreadable."""
-        try:
-            from nmt_cli.decoding import markup
-        except ImportError as err:
-            raise optional_import_failure(
-                err, 'HTML needs lxml: pip install "nmt-cli[html]"', "lxml"
-            ) from None
-        # Models tokenized with Moses and BPE give no alignment: their tags go by relative position.
-        aligned = dataclasses.replace(settings, alignments=self.aligns)
-
-        def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
-            return [(r.hyps[0][0], r.alignment or ()) for r in self.translate_texts(texts, aligned)]
-
-        return markup.translate_fragments(list(fragments), translate, documents)
-
     def translate_nbest(
         self,
         lines: Sequence[str],
@@ -219,94 +176,6 @@ class Translator(Loaded):
             )
         return settings
 
-    def translate_with(self, lines: Sequence[str], settings: DecodeSettings) -> list[Hypotheses]:
-        """Hypotheses for each line, whole, with settings made by `settings()`."""
-        lines, settings = (
-            text_lines(lines, "translate_with"),
-            arguments.checked_settings(settings, "translate_with"),
-        )
-        return [r.hyps for r in self.translate_results(lines, settings)]
-
-    def translate_results(
-        self,
-        lines: Sequence[str | Constrained],
-        settings: DecodeSettings,
-        constraints: Iterable[Sequence[str]] | None = None,
-    ) -> list[Result]:
-        """Each line translated whole, with its alignment where `settings.alignments` asks, and
-        with its `constraints` and the glossary's terms it matches (`decoding.terms`)."""
-        checked = text_lines(lines, "translate_results", kinds=(str, Constrained))
-        lines = [without_nul(line) if isinstance(line, str) else line for line in checked]
-        settings = arguments.checked_settings(settings, "translate_results")
-        if settings.alignments and not self.aligns:
-            raise SettingError(
-                "alignments", True, literal(f"{self.source} tokenizes with Moses and BPE: no word alignment")
-            )
-        units: list[str | Constrained] = list(lines)
-        if constraints is not None or settings.glossary is not None:
-            units = self.constrained(lines, settings, constraints)
-            settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
-        if (pool := self._pool) is None or pool.forked():  # read once: close() may clear it meanwhile
-            with self._lock, fork_safe_threads():
-                return decode_lines(self, units, settings)
-        results, truncated = pool.map(units, settings)
-        with self._lock:
-            self.truncated += truncated
-        return results
-
-    def translate_texts(
-        self,
-        texts: Sequence[str],
-        settings: DecodeSettings,
-        split: bool = True,
-        constraints: Iterable[Sequence[str]] | None = None,
-    ) -> list[Result]:
-        """Each text translated sentence by sentence (`split`; else whole), the translations joined
-        with the whitespace between the sentences; an alignment counts words over the whole text.
-        Texts with `constraints` of their own are translated whole: a phrase belongs to the text,
-        not to one of its sentences."""
-        texts = [without_nul(text) for text in texts]  # before the sentences are cut
-        if not split or constraints is not None:
-            return self.translate_results(texts, settings, constraints)
-        language = self.languages[0] if self.languages else "en"
-        return translate_by_sentence(self.translate_results, texts, settings, language)
-
-    @property
-    def workers(self) -> int:
-        """Decoding processes (1 when decoding in this process, as a fork of the pool's does)."""
-        return 1 if self._pool is None or self._pool.forked() else self._pool.workers
-
-    def workers_alive(self) -> int:
-        """Decoding processes alive now (1 when decoding in this process)."""
-        return self._pool.alive() if self._pool is not None else 1
-
-    def heal_workers(self) -> bool:
-        """Replace dead decoding processes now rather than at the next call (a server between
-        requests); whether any were replaced."""
-        return self._pool.heal() if self._pool is not None else False
-
-    def start_workers(self, workers: int, close_fds: Iterable[int] = ()) -> None:
-        """Decode in `workers` processes of one thread each from now on (CPU; 0: one per core, as
-        `nmt translate --workers` counts them). Call it before starting threads of your own: the
-        processes are forked. `close_fds`: descriptors the workers must not hold (a server's
-        listening socket). A worker that dies fails its call with `WorkerDied`; the next call gets
-        fresh workers. Stop them with `close()`."""
-        check_setting("workers", workers)
-        if self.device.type != "cpu" and workers > 1:
-            raise SettingError("workers", workers, f"several workers are for CPU decoding, not {self.device}")
-        workers = decoding_workers(workers, 0, self.device)
-        fds = open_descriptors(close_fds)  # before the running workers stop: a refusal keeps them
-        self.close()  # the workers started before, if any
-        if workers > 1 and can_fork():
-            self._pool = WorkerPool(self._translate_part, workers, fds)
-
-    def close(self) -> None:
-        """Stop the decoding workers, if any (`with Translator.load(...) as t:` does at the end).
-        A Translator no longer referenced stops them too, when it is collected."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
     def __enter__(self) -> Translator:
         return self
 
@@ -314,38 +183,6 @@ class Translator(Loaded):
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
-        # Loaded models, a lock and worker processes: nothing another process could take over.
-        raise TypeError("a Translator cannot be pickled or copied; call Translator.load in the other process")
-
-    def _translate_part(
-        self, lines: list[str | Constrained], settings: DecodeSettings
-    ) -> tuple[list[Result], int]:
-        """A worker's share of a call: its lines' results and how many it truncated."""
-        before = self.truncated
-        return decode_lines(self, lines, settings), self.truncated - before
-
-    def source_ids(self, line: str, count: bool = True) -> np.ndarray:
-        """The source pieces of `line` as decoding takes them: cut to the model's positions
-        (counted in `truncated` where `count`), invisible characters left out; none for a blank line."""
-        # A Python string may hold lone surrogates, which are not UTF-8: they become "?".
-        line = visible(line.encode("utf-8", "replace").decode("utf-8"))
-        pieces = self.src_spm.encode(line.strip()) if line.strip() else []
-        if len(pieces) > self.max_source:
-            pieces = pieces[: self.max_source]
-            if count:
-                self.truncated += 1
-        return np.asarray(pieces, dtype=np.int64)
-
-    def constrained(
-        self,
-        lines: Sequence[str | Constrained],
-        settings: DecodeSettings,
-        given: Iterable[Sequence[str]] | None,
-    ) -> list[str | Constrained]:
-        """`lines` with the phrases their translations must contain, checked (`decoding.terms`)."""
-        return with_phrases(self, lines, settings, given)
 
 
 def load_translator(

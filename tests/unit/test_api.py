@@ -163,7 +163,7 @@ def test_a_nul_reads_as_a_space_as_nmt_translate_reads_it(translator: Translator
         spaced, split_sentences=False
     )
     settings = translator.settings()
-    assert translator.translate_with(with_nul, settings) == translator.translate_with(spaced, settings)
+    assert translator.translate_results(with_nul, settings) == translator.translate_results(spaced, settings)
 
 
 def test_numpy_bools_are_flags_as_numpy_ints_are_numbers(translator: Translator) -> None:
@@ -282,9 +282,9 @@ def test_constraints_may_come_from_a_generator_as_lines_may(translator: Translat
     )
 
 
-def test_translate_with_and_translate_results_check_lines_and_settings(translator: Translator) -> None:
+def test_translate_results_checks_lines_and_settings(translator: Translator) -> None:
     settings = translator.settings()
-    for method in ("translate_with", "translate_results"):
+    for method in ("translate_results",):
         call = getattr(translator, method)
         with pytest.raises(TypeError, match=rf"^{method}\(lines\): a list of strings, not one str"):
             call("apple river", settings)
