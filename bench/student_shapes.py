@@ -22,6 +22,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.loading import for_decoding
 from nmt_cli.decoding.search import beam_search
+from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.model.transformer import Transformer
 
 VOCAB = 8000
@@ -47,7 +48,7 @@ def seconds(shape: dict, steps: int, repeats: int) -> float:
         ModelConfig(), src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, **{**teacher, **shape}
     )
     ensemble = Ensemble([for_decoding(Transformer(cfg).eval(), "int8")])
-    decode = DecodeConfig(beam=4, lenpen=0.6, max_len_a=0.0, max_len_b=steps, min_len=steps)
+    decode = DecodeSettings(DecodeConfig(beam=4, lenpen=0.6, max_len_a=0.0, max_len_b=steps, min_len=steps))
     src = torch.randint(4, VOCAB, (BATCH, SOURCE_LENGTH))
     vocab = torch.cat([torch.arange(4), torch.randperm(VOCAB - 4)[: SHORTLIST - 4] + 4]).sort().values
     beam_search(ensemble, src, decode, vocab=vocab)  # warm-up

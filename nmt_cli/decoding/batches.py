@@ -28,7 +28,7 @@ def translate_batch(
     `constraints`, always); over the batch's shortlist vocabulary when a shortlist is given, with
     the constraints' pieces added. Without `settings.scores` the caller reads no score, which
     greedy search may then leave out (NaN); with `settings.alignments`, hypotheses carry links."""
-    cfg, sampling, align = settings.search, settings.sampling, settings.alignments
+    cfg, sampling = settings.search, settings.sampling
     greedy = sampling is not None or (cfg.beam == 1 and settings.nbest == 1)
     free = constraints.lengths.sum(dim=1) == 0 if constraints is not None else None
     if greedy and free is not None and constraints is not None and bool(free.any()):
@@ -50,7 +50,7 @@ def translate_batch(
         vocab = constraints.with_pieces(vocab)
     if constraints is None and greedy:
         return greedy_search(ensemble, src, settings, vocab)
-    hypotheses = beam_search(ensemble, src, cfg, settings.nbest, vocab, constraints, align)
+    hypotheses = beam_search(ensemble, src, settings, vocab, constraints)
     if constraints is not None and constraints.anchors is not None:
         # A sentence whose hypotheses found no place for a term (`decoding.placement`) ends without
         # it: it is searched again, its phrases free to go anywhere as a line's own are.
@@ -59,9 +59,7 @@ def translate_batch(
         ]
         rows = torch.tensor(missed, dtype=torch.long, device=src.device)
         anywhere = constraints.select(rows).anywhere()
-        again = (
-            beam_search(ensemble, src[rows], cfg, settings.nbest, vocab, anywhere, align) if missed else []
-        )
+        again = beam_search(ensemble, src[rows], settings, vocab, anywhere) if missed else []
         for i, sentence in zip(missed, again, strict=True):
             hypotheses[i] = sentence
     return hypotheses

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.constraints import Constraints
 from nmt_cli.decoding.ensemble import LINK, Batch, Ensemble
 from nmt_cli.decoding.finished import Candidates, Finished
@@ -163,30 +162,30 @@ def _strip(row: list[int]) -> list[int]:
 def beam_search(
     ensemble: Ensemble,
     src: Tensor,
-    cfg: DecodeConfig,
-    nbest: int = 1,
+    settings: DecodeSettings,
     vocab: Tensor | None = None,
     constraints: Constraints | None = None,
-    align: bool = False,
     prune_every: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the `nbest` best hypotheses per sentence, best first; `vocab`:
-    the target ids to search over (a shortlist), None for all; `constraints`: phrases each
-    translation must contain (`decoding.constraints`, whose pieces `vocab` must hold; their
-    candidates come in the order of `constraints.candidates`); `align`: each hypothesis with
-    its links (`Hypothesis.links`).
+    """Batched beam search with `settings.search`; returns the `settings.nbest` best hypotheses
+    per sentence, best first, with their links (`Hypothesis.links`) where `settings.alignments`
+    (sampling goes through `greedy_search`, not here); `vocab`: the target ids to search over (a
+    shortlist), None for all; `constraints`: phrases each translation must contain
+    (`decoding.constraints`, whose pieces `vocab` must hold), searched by a `ConstrainedBeam`,
+    a batch without them by a `PlainBeam` (`decoding.strategies`).
 
-    Each step takes the 2K best continuations; an EOS among the first K finishes a hypothesis
-    (scored with the length penalty), the first K others continue. A sentence is done when K have
-    finished (without `cfg.early_stopping`: once its best running one cannot beat its worst
-    finished one) or at its maximum length; done sentences leave the batch every `prune_every`
-    steps (`prune_interval`; with constraints, every step)."""
+    Each step takes the strategy's candidates (plain: the 2K best continuations); an EOS among
+    the first K finishes a hypothesis (scored with the length penalty), the first K others
+    continue. A sentence is done when K have finished (without `early_stopping`: once its best
+    running one cannot beat its worst finished one) or at its maximum length; done sentences
+    leave the batch every `prune_every` steps (`prune_interval`; with constraints, every step)."""
+    cfg = settings.search
     n, k, device = src.shape[0], cfg.beam, src.device
     search = beam_strategy(constraints, vocab, n, device)
     every = 1 if search.prunes_every_step else prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, align or search.reads_attention, max_steps)
+    batch = ensemble.start(src, 1, vocab, settings.alignments or search.reads_attention, max_steps)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids in the batch
@@ -219,7 +218,7 @@ def beam_search(
             active, done, scores, history = active[keep], done[keep], scores[keep], history[keep]
             tokens = tokens.view(a, k)[keep].reshape(-1, 1)
         per_sentence = k
-    return _hypotheses(*fin.best(nbest), batch)
+    return _hypotheses(*fin.best(settings.nbest), batch)
 
 
 def _done(

@@ -59,7 +59,7 @@ def test_every_phrase_is_met(variant: str, early_stopping: bool) -> None:
     model = tiny(**VARIANTS[variant])
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
     cfg = decode(early_stopping=early_stopping)
-    found = beam_search(Ensemble([model]), sources(), cfg, 2, None, constraints)
+    found = beam_search(Ensemble([model]), sources(), DecodeSettings(cfg, 2), None, constraints)
     for hyps, phrases in zip(found, PHRASES, strict=True):
         assert hyps, "each sentence gets hypotheses"
         for hyp in hyps:  # the n-best too
@@ -69,7 +69,7 @@ def test_every_phrase_is_met(variant: str, early_stopping: bool) -> None:
 
 def test_the_model_would_not_produce_them_unasked() -> None:
     # Otherwise the test above would pass without any constraint.
-    found = beam_search(Ensemble([tiny()]), sources(), decode())
+    found = beam_search(Ensemble([tiny()]), sources(), DecodeSettings(decode()))
     missing = [
         phrase for hyps, phrases in zip(found, PHRASES, strict=True) for phrase in phrases
         if contains(hyps[0].tokens, phrase) < 0
@@ -80,7 +80,7 @@ def test_the_model_would_not_produce_them_unasked() -> None:
 def test_ordered_phrases_come_in_the_order_given() -> None:
     phrases = [[[15], [7, 8]], [[21], [20]], [[6, 11], [25]], [[5], [9]], [[13], [14]], [[4], [4]]]
     constraints = Constraints.of(phrases, True, torch.device("cpu"))
-    found = beam_search(Ensemble([tiny()]), sources(), decode(), 1, None, constraints)
+    found = beam_search(Ensemble([tiny()]), sources(), DecodeSettings(decode()), None, constraints)
     for hyps, (first, second) in zip(found, phrases, strict=True):
         tokens = hyps[0].tokens
         start = contains(tokens, first)
@@ -90,9 +90,9 @@ def test_ordered_phrases_come_in_the_order_given() -> None:
 
 def test_a_sentence_without_phrases_is_searched_as_without_constraints() -> None:
     model = tiny()
-    plain = beam_search(Ensemble([model]), sources(), decode(), 3)
+    plain = beam_search(Ensemble([model]), sources(), DecodeSettings(decode(), 3))
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
-    constrained = beam_search(Ensemble([model]), sources(), decode(), 3, None, constraints)
+    constrained = beam_search(Ensemble([model]), sources(), DecodeSettings(decode(), 3), None, constraints)
     assert [h.tokens for h in constrained[3]] == [h.tokens for h in plain[3]]
     assert [h.score for h in constrained[3]] == pytest.approx([h.score for h in plain[3]])
 
@@ -111,7 +111,7 @@ def test_a_shortlist_keeps_the_constraint_pieces() -> None:
     phrases = [[[7, 8]], [[25]], [], [[12]], [[5], [6]], [[29, 4]]]
     constraints = Constraints.of(phrases, False, torch.device("cpu"))
     found = beam_search(
-        Ensemble([tiny()]), sources(), decode(), 1, constraints.with_pieces(vocab), constraints
+        Ensemble([tiny()]), sources(), DecodeSettings(decode()), constraints.with_pieces(vocab), constraints
     )
     allowed = set(range(10, 20)) | {p for sentence in phrases for phrase in sentence for p in phrase}
     for hyps, sentence in zip(found, phrases, strict=True):
@@ -166,7 +166,7 @@ def test_at_the_length_limit_a_hypothesis_that_met_its_phrases_comes_first() -> 
                 beam=beam, lenpen=1.0, max_len_a=0.0, max_len_b=room, early_stopping=early_stopping
             )
             constraints = Constraints.of([[phrase]], False, torch.device("cpu"))
-            found = beam_search(ensemble, src, cfg, beam, None, constraints)[0]
+            found = beam_search(ensemble, src, DecodeSettings(cfg, beam), None, constraints)[0]
             met = [contains(h.tokens, phrase) >= 0 for h in found]
             if any(met):
                 checked += 1
@@ -206,7 +206,7 @@ def test_after_a_phrase_comes_only_a_piece_that_may_follow_it() -> None:
     # "Hausboot", so a phrase's last piece is followed by a piece that starts a word, or the end.
     word_ends = torch.arange(VOCAB) < 15
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"), word_ends)
-    found = beam_search(Ensemble([tiny()]), sources(), decode(), 2, None, constraints)
+    found = beam_search(Ensemble([tiny()]), sources(), DecodeSettings(decode(), 2), None, constraints)
     followers = []
     for hyps, phrases in zip(found, PHRASES, strict=True):
         for hyp in hyps:
@@ -218,7 +218,11 @@ def test_after_a_phrase_comes_only_a_piece_that_may_follow_it() -> None:
                     followers.append(hyp.tokens[after])
     assert followers and all(token < 15 for token in followers)
     unrestricted = beam_search(
-        Ensemble([tiny()]), sources(), decode(), 2, None, Constraints.of(PHRASES, False, torch.device("cpu"))
+        Ensemble([tiny()]),
+        sources(),
+        DecodeSettings(decode(), 2),
+        None,
+        Constraints.of(PHRASES, False, torch.device("cpu")),
     )
     glued = [
         hyp.tokens[contains(hyp.tokens, p) + len(p)]

@@ -71,12 +71,14 @@ CFG = DecodeConfig(beam=4, lenpen=1.0, max_len_a=1.5, max_len_b=6)
 def test_a_term_starts_only_where_the_attention_points_at_its_source(monkeypatch: pytest.MonkeyPatch) -> None:
     attention_at(monkeypatch, 2, step=3)
     anchored = Constraints.of(PHRASES, False, CPU, anchors=[[(2,)]] * len(PHRASES))
-    found = beam_search(Ensemble([tiny()]), sources(), CFG, 2, None, anchored)
+    found = beam_search(Ensemble([tiny()]), sources(), DecodeSettings(CFG, 2), None, anchored)
     for hyps, [phrase] in zip(found, PHRASES, strict=True):
         for hyp in hyps:
             assert starts(hyp.tokens, phrase)[0] == 3, (hyp.tokens, phrase)
     # The same phrases free to go anywhere land elsewhere: the rule above is what placed them.
-    free = beam_search(Ensemble([tiny()]), sources(), CFG, 1, None, Constraints.of(PHRASES, False, CPU))
+    free = beam_search(
+        Ensemble([tiny()]), sources(), DecodeSettings(CFG), None, Constraints.of(PHRASES, False, CPU)
+    )
     assert any(starts(hyps[0].tokens, phrase)[0] != 3 for hyps, [phrase] in zip(free, PHRASES, strict=True))
 
 
@@ -86,7 +88,11 @@ def test_a_phrase_without_anchors_in_a_guided_batch_still_goes_anywhere(
     attention_at(monkeypatch, 2, step=None)  # never at position 2
     anchors: list[Anchors] = [[(2,)], [()], [(2,)], [()]]
     found = beam_search(
-        Ensemble([tiny()]), sources(), CFG, 1, None, Constraints.of(PHRASES, False, CPU, None, anchors)
+        Ensemble([tiny()]),
+        sources(),
+        DecodeSettings(CFG),
+        None,
+        Constraints.of(PHRASES, False, CPU, None, anchors),
     )
     met = [
         bool(hyps) and bool(starts(hyps[0].tokens, phrase))

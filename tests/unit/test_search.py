@@ -43,7 +43,7 @@ def test_beam_one_equals_greedy():
     model = tiny(30)
     src = sources(30)
     greedy = greedy_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5)))
-    beam = beam_search(Ensemble([model]), src, decoding(1, 0.6, "gnmt", 1.0, 5))
+    beam = beam_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5)))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
 
 
@@ -78,10 +78,14 @@ def test_a_wide_beam_finds_the_exhaustive_best(limit, beam, style, min_len):
         src = torch.tensor([[4, 5, 4, EOS_ID]])
         best = exhaustive_best(model, src, limit, 1.0, style, min_len)
         found = beam_search(
-            Ensemble([model]), src, decoding(beam, 1.0, style, 0.0, limit - 1, min_len=min_len)
+            Ensemble([model]),
+            src,
+            DecodeSettings(decoding(beam, 1.0, style, 0.0, limit - 1, min_len=min_len)),
         )
         assert found[0][0].tokens == best
-        greedy = beam_search(Ensemble([model]), src, decoding(1, 1.0, style, 0.0, limit - 1, min_len=min_len))
+        greedy = beam_search(
+            Ensemble([model]), src, DecodeSettings(decoding(1, 1.0, style, 0.0, limit - 1, min_len=min_len))
+        )
         greedy_missed += greedy[0][0].tokens != best
     assert greedy_missed > 0  # the cases are hard enough that a narrow search gets some wrong
 
@@ -116,8 +120,8 @@ def test_incremental_and_full_recompute_decoding_agree(variant):
     model = tiny(30, **variant)
     src = sources(30)
     with torch.inference_mode():
-        fast = beam_search(Ensemble([model]), src, decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4)
-        slow = beam_search(Recompute([model]), src, decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4)
+        fast = beam_search(Ensemble([model]), src, DecodeSettings(decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4))
+        slow = beam_search(Recompute([model]), src, DecodeSettings(decoding(4, 0.6, "gnmt", 1.0, 6), nbest=4))
         assert [[h.tokens for h in hs] for hs in fast] == [[h.tokens for h in hs] for hs in slow]
         for hs, gs in zip(fast, slow, strict=True):
             assert [h.score for h in hs] == pytest.approx([g.score for g in gs], abs=1e-4)
@@ -144,7 +148,9 @@ def test_greedy_search_without_scores_takes_the_same_pieces(models):
 
 def test_nbest_is_sorted_and_distinct():
     model = tiny(30)
-    hyps = beam_search(Ensemble([model]), sources(30), decoding(5, 0.6, "gnmt", 1.0, 5), nbest=5)
+    hyps = beam_search(
+        Ensemble([model]), sources(30), DecodeSettings(decoding(5, 0.6, "gnmt", 1.0, 5), nbest=5)
+    )
     for sentence in hyps:
         scores = [h.score for h in sentence]
         assert scores == sorted(scores, reverse=True)
@@ -154,8 +160,8 @@ def test_nbest_is_sorted_and_distinct():
 def test_an_ensemble_of_identical_models_decodes_like_one():
     model = tiny(30)
     src = sources(30)
-    one = beam_search(Ensemble([model]), src, decoding(3, 0.6, "gnmt", 1.0, 5))
-    two = beam_search(Ensemble([model, model]), src, decoding(3, 0.6, "gnmt", 1.0, 5))
+    one = beam_search(Ensemble([model]), src, DecodeSettings(decoding(3, 0.6, "gnmt", 1.0, 5)))
+    two = beam_search(Ensemble([model, model]), src, DecodeSettings(decoding(3, 0.6, "gnmt", 1.0, 5)))
     assert [h[0].tokens for h in one] == [h[0].tokens for h in two]
 
 
@@ -163,7 +169,7 @@ def test_outputs_respect_the_maximum_length():
     model = tiny(30)
     src = sources(30)
     for hyps in (
-        beam_search(Ensemble([model]), src, decoding(4, 0.6, "gnmt", 0.0, 3)),
+        beam_search(Ensemble([model]), src, DecodeSettings(decoding(4, 0.6, "gnmt", 0.0, 3))),
         greedy_search(Ensemble([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 0.0, 3))),
     ):
         assert all(len(h[0].tokens) <= 3 for h in hyps)
@@ -175,9 +181,9 @@ def test_encoding_a_batch_in_parts_decodes_as_in_one(monkeypatch, beam):
     sentence a part here (6 tokens each) gives the same hypotheses and scores as one part."""
     model, src = tiny(30), sources(30)
     cfg = decoding(beam, 0.6, "gnmt", 1.0, 5)
-    whole = beam_search(Ensemble([model]), src, cfg, nbest=beam)
+    whole = beam_search(Ensemble([model]), src, DecodeSettings(cfg, nbest=beam))
     monkeypatch.setattr(ensemble, "ENCODE_TOKENS", src.shape[1])
-    parted = beam_search(Ensemble([model]), src, cfg, nbest=beam)
+    parted = beam_search(Ensemble([model]), src, DecodeSettings(cfg, nbest=beam))
     assert [[h.tokens for h in s] for s in parted] == [[h.tokens for h in s] for s in whole]
     for got, want in zip(parted, whole, strict=True):
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
@@ -196,7 +202,9 @@ class EndsAtOnce(Ensemble):
 def test_a_non_empty_source_gets_a_non_empty_translation(beam):
     model, src = tiny(30), sources(30)
     nbest = beam  # every hypothesis of the n-best list, not only the best
-    hyps = beam_search(EndsAtOnce([model]), src, decoding(beam, 0.6, "gnmt", 1.0, 5), nbest=nbest)
+    hyps = beam_search(
+        EndsAtOnce([model]), src, DecodeSettings(decoding(beam, 0.6, "gnmt", 1.0, 5), nbest=nbest)
+    )
     assert all(len(h.tokens) >= 1 for sentence in hyps for h in sentence)
     assert all(len(sentence) == nbest for sentence in hyps)
     greedy = greedy_search(EndsAtOnce([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5)))
@@ -213,14 +221,18 @@ def test_min_len_zero_allows_an_empty_translation_and_max_len_wins_over_min_len(
     )
     assert all(
         h[0].tokens == []
-        for h in beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 1.0, 5, min_len=0))
+        for h in beam_search(
+            EndsAtOnce([model]), src, DecodeSettings(decoding(4, 0.6, "gnmt", 1.0, 5, min_len=0))
+        )
     )
     longer = greedy_search(
         EndsAtOnce([model]), src, DecodeSettings(decoding(1, 0.6, "gnmt", 1.0, 5, min_len=3))
     )
     assert all(len(h[0].tokens) == 3 for h in longer)
     # max_len_a 0, max_len_b 2: at most two tokens before EOS, whatever min_len asks.
-    capped = beam_search(EndsAtOnce([model]), src, decoding(4, 0.6, "gnmt", 0.0, 2, min_len=10))
+    capped = beam_search(
+        EndsAtOnce([model]), src, DecodeSettings(decoding(4, 0.6, "gnmt", 0.0, 2, min_len=10))
+    )
     assert all(len(h[0].tokens) == 2 for h in capped)
 
 
@@ -228,7 +240,7 @@ def searched(ensemble: Ensemble, src: torch.Tensor, cfg: DecodeConfig, vocab: to
     """Greedy search at beam 1; beam search and its whole n-best otherwise."""
     if cfg.beam == 1:
         return greedy_search(ensemble, src, DecodeSettings(cfg), vocab)
-    return beam_search(ensemble, src, cfg, cfg.beam, vocab)
+    return beam_search(ensemble, src, DecodeSettings(cfg, cfg.beam), vocab)
 
 
 def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one():
@@ -341,10 +353,12 @@ def test_beam_search_pruning_every_few_steps_finds_what_pruning_every_step_finds
     vocab = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 10, 11])
     for models, listed in ((pair[:1], None), (pair, vocab)):
         counted = Counted(models)
-        at_once = beam_search(counted, src, cfg, 3, listed, align=align, prune_every=1)
+        at_once = beam_search(counted, src, DecodeSettings(cfg, 3, alignments=align), listed, prune_every=1)
         assert len(set(counted.rows[1:])) >= 3  # sentences were done at several different steps
         for every in (2, 5):
-            later = beam_search(Ensemble(models), src, cfg, 3, listed, align=align, prune_every=every)
+            later = beam_search(
+                Ensemble(models), src, DecodeSettings(cfg, 3, alignments=align), listed, prune_every=every
+            )
             assert found(later) == found(at_once)
             for got, want in zip(later, at_once, strict=True):
                 assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
@@ -372,8 +386,8 @@ class SureAfter(Ensemble):
 def test_a_sentence_done_stays_done_until_it_is_pruned(style):
     cfg = dataclasses.replace(decoding(4, 1.0, style, 1.5, 3), early_stopping=False)
     src = scattered_sources()
-    at_once = beam_search(SureAfter([ends_early(0)], 2), src, cfg, 3, prune_every=1)
-    later = beam_search(SureAfter([ends_early(0)], 2), src, cfg, 3, prune_every=5)
+    at_once = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3), prune_every=1)
+    later = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3), prune_every=5)
     assert found(later) == found(at_once)
 
 

@@ -98,7 +98,9 @@ def test_beam_search_is_the_textbook_search(beam: int, count: int, prune_every: 
             beam=beam, lenpen=0.8, lenpen_style=style, max_len_a=a, max_len_b=b, min_len=min_len
         )
         with torch.inference_mode():
-            fast = beam_search(Ensemble(ensemble), src, cfg, nbest=beam, prune_every=prune_every)
+            fast = beam_search(
+                Ensemble(ensemble), src, DecodeSettings(cfg, nbest=beam), prune_every=prune_every
+            )
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, beam) for i in range(src.shape[0])]
         assert [[h.tokens for h in hyps] for hyps in fast] == [[t for t, _ in hyps] for hyps in slow]
         for hyps, want in zip(fast, slow, strict=True):

@@ -214,12 +214,10 @@ class Case:
         vocab = SHORTLIST if self.shortlist else None
         constraints = Constraints.of(PHRASES, False, torch.device("cpu")) if self.constraints else None
         with torch.inference_mode():
+            settings = DecodeSettings(cfg, self.nbest, alignments=self.align)
             if self.beam == 1 and constraints is None:
-                settings = DecodeSettings(cfg, alignments=self.align)
                 return greedy_search(ensemble, sources(), settings, vocab, self.prune_every)
-            return beam_search(
-                ensemble, sources(), cfg, self.nbest, vocab, constraints, self.align, self.prune_every
-            )
+            return beam_search(ensemble, sources(), settings, vocab, constraints, self.prune_every)
 
 
 CASES = [
