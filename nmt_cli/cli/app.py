@@ -6,6 +6,7 @@ runs the app and words its errors.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -35,9 +36,30 @@ app = typer.Typer(
 )
 
 
+def built_from() -> str | None:
+    """The git commit nmt was built from (nmt_cli/COMMIT, which the build writes), or the
+    checkout's HEAD when run from a git checkout; None when neither says."""
+    package = Path(__file__).resolve().parents[1]
+    recorded = package / "COMMIT"
+    if recorded.is_file():
+        return recorded.read_text(encoding="utf-8").strip() or None
+    if not (package.parent / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(package.parent), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError:  # no git here
+        return None
+    return done.stdout.strip() or None
+
+
 def _version(value: bool) -> None:
     if value:
-        print(f"nmt {__version__}")
+        commit = built_from()
+        print(f"nmt {__version__}" + (f" (commit {commit})" if commit else ""))
         raise typer.Exit()
 
 

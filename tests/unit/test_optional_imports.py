@@ -203,7 +203,7 @@ INTEGRATIONS = {
     "selenium": ["selenium.webdriver"],
 }
 # Tools, run by make lint and make test, not imported by nmt.
-NOT_IMPORTED = {"pytest", "pytest-xdist", "ruff", "mypy", "hypothesis", "import-linter"}
+NOT_IMPORTED = {"pytest", "pytest-xdist", "build", "ruff", "mypy", "hypothesis", "import-linter"}
 ATTRIBUTES = {  # names that packages resolve lazily on first use, where a broken set shows
     "huggingface_hub": ["snapshot_download", "hf_hub_download"],
     "transformers": ["MarianMTModel", "MarianTokenizer"],
