@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.config import ModelConfig
 from nmt_cli.data.text import check_readable, one_line, read_lines
 from nmt_cli.decoding.batches import translate_sentences
 from nmt_cli.decoding.search import Hypothesis
-from nmt_cli.decoding.settings import DecodeSettings, resolve
+from nmt_cli.decoding.settings import DecodeSettings, check_before_load
 from nmt_cli.decoding.translator import Translator, load_translator
 from nmt_cli.device import configure_cpu, resolve_device
 from nmt_cli.errors import InputError
@@ -127,7 +127,7 @@ def run(job: AttendJob, *, decode: DecodeOverrides, runtime: RuntimeConfig, quie
     if job.picture_format not in FORMATS:
         raise InputError(f"--format {job.picture_format!r}: expected png or svg")
     require_matplotlib()
-    resolve(DecodeConfig(), decode, None, batch_tokens)  # the rules that need no checkpoint
+    check_before_load(decode, None, batch_tokens)
     if input_path is not None:
         check_readable(input_path, f"--input {input_path}")
     _check_out_dir(out_dir)
