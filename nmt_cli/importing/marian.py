@@ -4,7 +4,9 @@
 
 Marian's conventions, as nmt expresses them: one id table for the pieces of both sentencepiece
 models (</s> 0 and <unk> 1 in OPUS-MT, <pad> last; renumbered to nmt's order, with an unused row
-for <s>, which Marian lacks); the decoder starts from <pad> (`decoder_start = "pad"`); sinusoidal
+for <s>, which Marian lacks; a <s> in every table is nmt's own, as in nmt's exports); the decoder
+starts from the special that decoder_start_token_id names, <pad> in OPUS-MT (`decoder_start =
+"pad"`), </s> or <s> otherwise; sinusoidal
 positions from 0 with the sines in the first half ("sinusoidal-halves"); embeddings scaled by
 sqrt(d) when `scale_embedding`; `final_logits_bias` on the output; swish in OPUS-MT's
 feed-forward layers.
@@ -66,6 +68,8 @@ def read(folder: Path) -> Imported:
     for name, piece in specials.items():
         if piece not in src_ids or piece not in tgt_ids:
             raise InputError(f"{folder}: the vocabulary has no {piece} ({name})")
+    if "<s>" in src_ids and "<s>" in tgt_ids:  # an export of nmt's: its <s> is nmt's own, no piece
+        specials["<s>"] = "<s>"
     source_spm, target_spm = _read(folder / "source.spm"), _read(folder / "target.spm")
     names = [str(folder / "source.spm"), str(folder / "target.spm")]
     if separate:
@@ -73,7 +77,10 @@ def read(folder: Path) -> Imported:
         tgt = renumber(tgt_ids, specials, [target_spm], names[1:])
     else:  # one table for both sides: each model's pieces are in it
         src = tgt = renumber(src_ids, specials, [source_spm, target_spm], names)
-    cfg = _config(config, folder, src, tgt, separate, tgt_ids.index(specials["<pad>"]))
+    # The decoder may start from any special nmt has: <pad> (OPUS-MT), </s> or <s> (nmt's exports).
+    named = {"<pad>": "pad", "</s>": "eos", "<s>": "bos"}
+    starts = {name: tgt_ids.index(specials[piece]) for piece, name in named.items() if piece in specials}
+    cfg = _config(config, folder, src, tgt, separate, starts)
     weights = _weights(_tensors(folder), cfg, config, src, tgt, folder)
     spm = {
         # generate's output decoded with skip_special_tokens, as OPUS-MT is used: <unk> is dropped.
@@ -166,7 +173,12 @@ def _languages(folder: Path, tokenizer: dict[str, Any]) -> tuple[str, str] | Non
 
 
 def _config(
-    config: dict[str, Any], folder: Path, src: Renumbering, tgt: Renumbering, separate: bool, pad: int
+    config: dict[str, Any],
+    folder: Path,
+    src: Renumbering,
+    tgt: Renumbering,
+    separate: bool,
+    starts: dict[str, int],
 ) -> ModelConfig:
     def get(name: str, default: Any) -> Any:
         """A setting of config.json; one it leaves out has MarianConfig's default, as in transformers."""
@@ -191,12 +203,16 @@ def _config(
         or get("normalize_embedding", False)
     ):
         problems.append("pre-norm or extra layer norms; nmt imports Marian's post-norm models")
-    if int(get("decoder_start_token_id", pad)) != pad:
-        problems.append("decoder_start_token_id is not the pad id; nmt starts Marian models from <pad>")
+    start_id = int(get("decoder_start_token_id", starts["pad"]))
+    start = next((name for name, i in starts.items() if i == start_id), None)
+    if start is None:
+        problems.append(
+            "decoder_start_token_id is not the id of <pad>, </s> or <s>; nmt starts from one of them"
+        )
     positions = int(get("max_position_embeddings", 1024))
     if not 1 <= positions <= MAX_POSITIONS:
         problems.append(f"max_position_embeddings = {positions:,}; nmt holds from 1 to {MAX_POSITIONS:,}")
-    if problems or activation is None:
+    if problems or activation is None or start is None:
         raise InputError(f"{where}: " + "; ".join(problems))
     layers = (int(get("encoder_layers", 12)), int(get("decoder_layers", 12)))
     return ModelConfig(
@@ -214,7 +230,7 @@ def _config(
         activation=activation,
         scale_embeddings=bool(get("scale_embedding", False)),
         output_bias=True,
-        decoder_start="pad",
+        decoder_start=start,
     )
 
 

@@ -333,3 +333,34 @@ def test_importing_again_into_the_model_directory_replaces_the_earlier_import(
     capsys.readouterr()
     assert "is an input of this command" in refused(capsys, "import", folder, "-o", folder / "config.json")
     assert (folder / "config.json").read_bytes() == config
+
+
+def test_a_decoder_starting_from_eos_imports_and_translates_as_transformers(tmp_path: Path) -> None:
+    """decoder_start_token_id may name </s> (fairseq's start) as well as <pad>: nmt starts there too."""
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["decoder_start_token_id"] = config["eos_token_id"]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    generation["decoder_start_token_id"] = config["eos_token_id"]
+    (folder / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    assert checkpoint.load(imported).run_config(imported).model.decoder_start == "eos"
+    translator = Translator.load(imported, device="cpu", precision="fp32", threads=1)
+    lines = sentences(40, seed=9)
+    limits = {"max_len_a": 0.0, "max_len_b": MAX_NEW, "min_len": 1}
+    assert translator.translate(lines, beam=1, **limits) == generate(folder, lines, beams=1)
+
+
+def test_a_decoder_start_that_is_no_special_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["decoder_start_token_id"] = 5  # an ordinary piece
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    capsys.readouterr()
+    line = refused(capsys, "import", folder, "-o", tmp_path / "out.pt")
+    assert "decoder_start_token_id is not the id of <pad>, </s> or <s>" in line, line
+    assert not (tmp_path / "out.pt").exists()
