@@ -11,6 +11,9 @@ Marian lays its positions out as all sines, then all cosines ("sinusoidal-halves
 models interleave them (the paper's §3.5). Both hold the same frequencies, so the exported
 network is nmt's with the d_model coordinates reordered (`to_halves`): every weight that reads
 or writes the residual stream is permuted alike, which changes no output but the rounding of sums.
+config.json records that reordering, and whether nmt's model had an output bias (Marian always
+has one: the export writes zeros where nmt had none), under "nmt_export"; `nmt import` reads it
+to give back the original tensors, and transformers keeps the key without reading it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ FILES = (
 REQUIRED = ("config.json", "model.safetensors")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # torch's exact GELU, as transformers'
 POSITIONS = ("sinusoidal", "sinusoidal-halves")
+NMT_EXPORT = "nmt_export"
+"""config.json's key for what the export changed of nmt's network (see the module's docstring)."""
 
 # nmt's weights by the role of the d_model axis in them: read from the residual stream (columns),
 # written to it (rows), or elementwise over it. Names end so in `Transformer.state_dict()`.
@@ -181,6 +186,10 @@ def model_config(cfg: ModelConfig, shared: bool) -> dict[str, Any]:
         "decoder_start_token_id": cfg.start_id,
         "forced_eos_token_id": EOS_ID,
         "is_encoder_decoder": True,
+        NMT_EXPORT: {
+            "position_layout": "interleaved" if cfg.positions == "sinusoidal" else "halves",
+            "output_bias": cfg.output_bias,
+        },
     }
 
 

@@ -10,6 +10,11 @@ starts from the special that decoder_start_token_id names, <pad> in OPUS-MT (`de
 positions from 0 with the sines in the first half ("sinusoidal-halves"); embeddings scaled by
 sqrt(d) when `scale_embedding`; `final_logits_bias` on the output; swish in OPUS-MT's
 feed-forward layers.
+
+A directory nmt exported (`nmt export --format hf-marian`) says in config.json's "nmt_export" what
+the export changed: nmt's own interleaved position layout, which the export reordered to Marian's
+and the import orders back, and whether the model had an output bias at all. Its import gives
+back the exported checkpoint's tensors.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from nmt_cli.importing.layers import sizes, stacks
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+LAYOUTS = {"halves": "sinusoidal-halves", "interleaved": "sinusoidal"}
+"""nmt_export's position_layout: the model's positions in nmt's terms."""
 FILES = (
     "config.json",
     "generation_config.json",
@@ -81,7 +88,10 @@ def read(folder: Path) -> Imported:
     named = {"<pad>": "pad", "</s>": "eos", "<s>": "bos"}
     starts = {name: tgt_ids.index(specials[piece]) for piece, name in named.items() if piece in specials}
     cfg = _config(config, folder, src, tgt, separate, starts)
-    weights = _weights(_tensors(folder), cfg, config, src, tgt, folder)
+    theirs = _tensors(folder)
+    if cfg.positions == LAYOUTS["interleaved"]:
+        theirs = _interleaved(theirs, cfg.d_model)
+    weights = _weights(theirs, cfg, config, src, tgt, folder)
     spm = {
         # generate's output decoded with skip_special_tokens, as OPUS-MT is used: <unk> is dropped.
         "src": renumbered_model(source_spm, src.pieces, f"{folder / 'source.spm'}", ""),
@@ -214,6 +224,7 @@ def _config(
         problems.append(f"max_position_embeddings = {positions:,}; nmt holds from 1 to {MAX_POSITIONS:,}")
     if problems or activation is None or start is None:
         raise InputError(f"{where}: " + "; ".join(problems))
+    layout, output_bias = _exported_by_nmt(config, where)
     layers = (int(get("encoder_layers", 12)), int(get("decoder_layers", 12)))
     return ModelConfig(
         **sizes(*layers, d, int(get("encoder_ffn_dim", 4096)), heads),
@@ -221,7 +232,7 @@ def _config(
         attention_dropout=float(get("attention_dropout", 0.0)),
         activation_dropout=float(get("activation_dropout", 0.0)),
         norm="post",
-        positions="sinusoidal-halves",
+        positions=layout,
         share_embeddings=bool(get("tie_word_embeddings", True)),
         max_positions=positions,
         src_vocab_size=len(src.pieces),
@@ -229,9 +240,51 @@ def _config(
         joint_vocab=not separate and bool(get("share_encoder_decoder_embeddings", True)),
         activation=activation,
         scale_embeddings=bool(get("scale_embedding", False)),
-        output_bias=True,
+        output_bias=output_bias,
         decoder_start=start,
     )
+
+
+def _exported_by_nmt(config: dict[str, Any], where: Path) -> tuple[str, bool]:
+    """The position layout (nmt's name) and whether there is an output bias, as config.json's
+    "nmt_export" records them for a model nmt exported; Marian's own (halves, a bias) without it."""
+    record = config.get("nmt_export", {})
+    layout = record.get("position_layout") if isinstance(record, dict) else None
+    bias = record.get("output_bias") if isinstance(record, dict) else None
+    if record == {}:
+        layout, bias = "halves", True
+    if layout not in LAYOUTS or not isinstance(bias, bool):
+        raise InputError(
+            f'{where}: "nmt_export" is not {{"position_layout": "interleaved" or "halves", "output_bias": '
+            "true or false}, as nmt export writes it"
+        )
+    return LAYOUTS[layout], bias
+
+
+def _interleaved(theirs: dict[str, torch.Tensor], d_model: int) -> dict[str, torch.Tensor]:
+    """Marian's tensors with the residual stream's coordinates back in nmt's interleaved layout
+    (sine, cosine, sine...), which `nmt export` reordered to all sines, then all cosines: the
+    columns of what reads the stream and the rows of what writes it, taken back alike."""
+    halves = [*range(0, d_model, 2), *range(1, d_model, 2)]  # the export's order
+    back = sorted(range(d_model), key=halves.__getitem__)
+    reads = ("shared.weight", "embed_tokens.weight", "lm_head.weight", "_proj.weight", "fc1.weight")
+    writes = (
+        "out_proj.weight",
+        "out_proj.bias",
+        "fc2.weight",
+        "fc2.bias",
+        "layer_norm.weight",
+        "layer_norm.bias",
+    )
+    out = {}
+    for name, tensor in theirs.items():
+        if name.endswith(writes):
+            out[name] = tensor[back]
+        elif name.endswith(reads):
+            out[name] = tensor[:, back]
+        else:
+            out[name] = tensor
+    return out
 
 
 def _tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -288,8 +341,9 @@ def _weights(
     out = {
         "src_embed.tokens.weight": src.take(src_embed),
         "tgt_embed.tokens.weight": tgt.take(tgt_embed),
-        "output_bias": tgt.output_bias(get("final_logits_bias").reshape(-1)),
     }
+    if cfg.output_bias:  # left out only for a model nmt exported without one
+        out["output_bias"] = tgt.output_bias(get("final_logits_bias").reshape(-1))
     out |= stacks(get, cfg, "model.encoder.layers", "model.decoder.layers")
     if not cfg.share_embeddings:
         out["output_proj.weight"] = tgt.take(get("lm_head.weight"))

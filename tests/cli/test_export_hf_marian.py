@@ -13,7 +13,7 @@ from test_import_marian import marian_dir
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.commands import export
-from nmt_cli.exporting.hf_marian import halves_order, to_halves
+from nmt_cli.data import spm
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -41,19 +41,24 @@ def identical(ours: list[str], theirs: list[str]) -> int:
     return sum(a == b for a, b in zip(ours, theirs, strict=True))
 
 
-@pytest.fixture(scope="module")
-def separate(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The copy task into capitals, with a vocabulary per side, trained with fairseq's length
-    penalty (the one transformers has) as its recipe's: generate then searches with the model's own
-    settings."""
-    root = tmp_path_factory.mktemp("separate")
+def into_capitals(corpus: Corpus, root: Path) -> Path:
+    """The copy task into capitals, prepared with a vocabulary per side (under `root`)."""
     raw, data = root / "raw", root / "data"
     raw.mkdir()
     for name in ("train", "valid"):
         lines = (corpus.raw / f"{name}.src").read_text(encoding="utf-8").splitlines()
         write_split(raw / name, lines, [line.upper() for line in lines])
     assert nmt(*prepare_args(data, raw / "train", valid=raw / "valid"), "--no-joint") == 0
-    run = root / "run"
+    return data
+
+
+@pytest.fixture(scope="module")
+def separate(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The copy task into capitals, with a vocabulary per side, trained with fairseq's length
+    penalty (the one transformers has) as its recipe's: generate then searches with the model's own
+    settings."""
+    root = tmp_path_factory.mktemp("separate")
+    data, run = into_capitals(corpus, root), root / "run"
     overrides = ("model.dropout=0.0", "train.max_updates=1200", "decode.beam=4")
     assert nmt(*train_args(data, run, *overrides, 'decode.lenpen_style="fairseq"', "decode.lenpen=1.0")) == 0
     return run / "checkpoints" / "checkpoint_last.pt"
@@ -116,18 +121,58 @@ def test_through_the_command_line(trained: TrainedRun, tmp_path: Path) -> None:
     assert (out / "notes.txt").is_file()
 
 
-def test_an_export_imports_back_to_the_same_weights(trained: TrainedRun, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def separate_untied(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model with a vocabulary per side, its own output projection and </s> as its decoder
+    start, trained one update: any weights serve a round trip."""
+    root = tmp_path_factory.mktemp("separate_untied")
+    data, run = into_capitals(corpus, root), root / "run"
+    overrides = ("model.share_embeddings=false", 'model.decoder_start="eos"', "train.max_updates=1")
+    assert nmt(*train_args(data, run, *overrides)) == 0
+    return run / "checkpoints" / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("vocabulary", ["joint", "separate"])
+def test_an_export_imports_back_to_the_same_weights(
+    vocabulary: str, trained: TrainedRun, separate_untied: Path, tmp_path: Path
+) -> None:
+    model = trained.checkpoint if vocabulary == "joint" else separate_untied
     out, back = tmp_path / "hf", tmp_path / "back.pt"
-    export_hf(trained.checkpoint, out)
+    export_hf(model, out)
+    assert (out / "target_vocab.json").exists() == (vocabulary == "separate")
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["nmt_export"] == {
+        "position_layout": "interleaved",
+        "output_bias": False,
+    }
     assert nmt("-q", "import", out, "-o", back) == 0
-    original, imported = checkpoint.load(trained.checkpoint).model, checkpoint.load(back).model
-    d_model = original["src_embed.tokens.weight"].shape[1]
-    order = halves_order(d_model)
-    inverse = sorted(range(d_model), key=order.__getitem__)
-    # The export reorders the residual stream for Marian's position layout; its inverse undoes it.
-    restored = to_halves(imported, inverse)
-    for name, tensor in original.items():
-        assert torch.equal(restored[name], tensor), name
+    original, imported = checkpoint.load(model), checkpoint.load(back)
+    # The import orders the positions back to nmt's layout and leaves out the bias the export added.
+    assert imported.model.keys() == original.model.keys()
+    for name, tensor in original.model.items():
+        assert imported.model[name].dtype == tensor.dtype and torch.equal(imported.model[name], tensor), name
+    ours, theirs = imported.run_config(back).model, original.run_config(model).model
+    assert ours == theirs
+    # The sentencepiece models are rewritten on the way (their trainer settings name the pieces
+    # of the id table): the same pieces, ids and segmentation.
+    lines = sentences(20, seed=4)
+    for side in ("src", "tgt"):
+        before, after = (spm.load_processor(c.spm[side]) for c in (original, imported))
+        assert [after.id_to_piece(i) for i in range(after.get_piece_size())] == [
+            before.id_to_piece(i) for i in range(before.get_piece_size())
+        ]
+        assert [after.encode(line) for line in lines] == [before.encode(line) for line in lines]
+
+
+def test_transformers_loads_the_export_record_without_a_warning(
+    trained: TrainedRun, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "hf"
+    export_hf(trained.checkpoint, out)
+    with caplog.at_level("WARNING"):
+        config = transformers.MarianConfig.from_pretrained(out)
+        transformers.MarianMTModel.from_pretrained(out)
+    assert config.nmt_export == {"position_layout": "interleaved", "output_bias": False}
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.text
 
 
 @pytest.mark.parametrize("separate_vocabs", [False, True], ids=["joint", "separate"])

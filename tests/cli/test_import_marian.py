@@ -364,3 +364,19 @@ def test_a_decoder_start_that_is_no_special_is_refused(
     line = refused(capsys, "import", folder, "-o", tmp_path / "out.pt")
     assert "decoder_start_token_id is not the id of <pad>, </s> or <s>" in line, line
     assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"position_layout": "diagonal", "output_bias": True}, {"position_layout": "halves"}, "interleaved"],
+)
+def test_an_nmt_export_record_it_cannot_read_is_refused(
+    record: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config.json's "nmt_export" (what nmt export changed) is read exactly or not at all."""
+    folder = marian_dir(tmp_path, "swish", False, seed=3)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps(config | {"nmt_export": record}), encoding="utf-8")
+    capsys.readouterr()
+    assert '"nmt_export" is not' in refused(capsys, "import", folder, "-o", tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
