@@ -191,6 +191,10 @@ class TrainConfig:
     """Write a metrics.jsonl record every this many updates. The host reads the figures of the
     updates (loss, gradient norm, whether one was skipped) only then, and to validate and save:
     on a GPU, each read waits for the device."""
+    tensorboard: str = ""
+    """A directory for TensorBoard logs (`nmt train --tensorboard DIR`, as fairseq's
+    --tensorboard-logdir), relative to where nmt train runs: the train and valid records of
+    metrics.jsonl also as scalars, in DIR/<run directory's name>. "" writes none."""
     compile: bool = False
     """Train through torch.compile of the model: its layers fused into fewer, larger kernels (a
     GPU's gain; compiling takes a minute or more, once: the graph is compiled for dynamic batch

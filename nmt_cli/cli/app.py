@@ -6,6 +6,7 @@ runs the app and words its errors.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -179,6 +180,9 @@ def train(
     keep_optimizer: Annotated[
         bool, typer.Option("--keep-optimizer/--reset-optimizer", help="With --init-from: Adam's moments too.")
     ] = False,
+    tensorboard: Annotated[
+        Path | None, typer.Option(help="Also write TensorBoard logs, in <path>/<run name>.", **opt.AS_PATH)
+    ] = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Train a Transformer (resumes an existing run directory).
@@ -196,11 +200,13 @@ def train(
         raise InputError("--keep-optimizer goes with --init-from (a resumed run keeps its optimizer anyway)")
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads)
     start = command.Start(init_from, keep_optimizer) if init_from is not None else None
+    # train.tensorboard after the --set overrides, so that it wins; a TOML string whatever the path.
+    board = [f"train.tensorboard={json.dumps(str(tensorboard), ensure_ascii=False)}"] if tensorboard else []
     command.run(
         data=data,
         out=out,
         recipe=recipe,
-        overrides=list(set_ or []),
+        overrides=[*(set_ or []), *board],
         runtime=runtime,
         compile_model=compile_,
         quiet=Globals.quiet or quiet,

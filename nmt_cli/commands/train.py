@@ -28,7 +28,7 @@ from nmt_cli.model import Transformer, count_parameters
 from nmt_cli.model.packing import packing_supported
 from nmt_cli.recipe import load_recipe, to_dict, with_overrides
 from nmt_cli.report import Reporter
-from nmt_cli.training import batch_fit, distributed, run_directory
+from nmt_cli.training import batch_fit, distributed, run_directory, tensorboard
 from nmt_cli.training.data_check import load_checked_splits
 from nmt_cli.training.distributed import World
 from nmt_cli.training.loop import shape_multiple, train
@@ -149,6 +149,8 @@ def open_session(
     else:
         cfg = resolve_config(recipe, overrides, meta, resume, out / LAST, joint=joint)
     cfg = _as_trained(cfg, precision, dev, world, reporter)
+    if cfg.train.tensorboard:  # refused now, not after the data is loaded
+        tensorboard.require()
     train_data, valid_data = load_checked_splits(data, meta, cfg)
     optimizer_state = _optimizer_to_keep(init, start)
     update = resume.update if resume else 0

@@ -27,7 +27,7 @@ from nmt_cli.data.batching import collate, make_batches, weighted_epoch
 from nmt_cli.data.prefetch import Ahead
 from nmt_cli.errors import RunFailure
 from nmt_cli.report import MetricsLog
-from nmt_cli.training import distributed, run_state, stopping
+from nmt_cli.training import distributed, run_state, stopping, tensorboard
 from nmt_cli.training.bookkeeping import Bookkeeping, Progress
 from nmt_cli.training.precision import HalfWeights
 from nmt_cli.training.schedule import learning_rate
@@ -53,38 +53,39 @@ def train(s: Session, resume: checkpoint.Checkpoint | None) -> Stop:
     done = stopping.nothing_to_do(tc, progress)
     if done is not None:  # the same command run again: no update past the limit, no checkpoint pushed out
         return done
-    metrics = MetricsLog(s.run_dir / "metrics.jsonl")
-    book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
-    run = _Run(
-        s,
-        net,
-        half,
-        precision,
-        optimizer,
-        scaler,
-        progress,
-        book,
-        metrics,
-        lengths=(s.train_data.src.lengths(), s.train_data.tgt.lengths()),  # read once: large
-        multiple=shape_multiple(tc, s.device),
-        base_seconds=progress.train_seconds,
-        saved=resume.update if resume is not None else None,
-    )
-    model.train()
-    if half is not None:
-        half.copy.train()
-    with StopSignal(s.reporter.info if world.is_main else None) as signals:
-        try:
-            stop = run.until_stopped(signals)
-        finally:
-            # The updates since the last record, so that a run that stops before its first log
-            # interval (or fails) still leaves one.
-            book.settle()
-            if world.is_main and book.window.updates:
-                book.log()
-        book.bar.close()
-        if world.is_main and run.saved != progress.update:
-            run_state.save(s, model, optimizer, scaler, progress)
+    board = tensorboard.metrics_log(s.run_dir, tc.tensorboard, progress.update, s.reporter, world.is_main)
+    with board as metrics:  # closed (its TensorBoard events flushed) however the session ends
+        book = Bookkeeping(tc, progress, scaler, metrics, s.reporter, s.world.is_main, s.run_dir)
+        run = _Run(
+            s,
+            net,
+            half,
+            precision,
+            optimizer,
+            scaler,
+            progress,
+            book,
+            metrics,
+            lengths=(s.train_data.src.lengths(), s.train_data.tgt.lengths()),  # read once: large
+            multiple=shape_multiple(tc, s.device),
+            base_seconds=progress.train_seconds,
+            saved=resume.update if resume is not None else None,
+        )
+        model.train()
+        if half is not None:
+            half.copy.train()
+        with StopSignal(s.reporter.info if world.is_main else None) as signals:
+            try:
+                stop = run.until_stopped(signals)
+            finally:
+                # The updates since the last record, so that a run that stops before its first log
+                # interval (or fails) still leaves one.
+                book.settle()
+                if world.is_main and book.window.updates:
+                    book.log()
+            book.bar.close()
+            if world.is_main and run.saved != progress.update:
+                run_state.save(s, model, optimizer, scaler, progress)
     distributed.barrier(world, s.device)  # the others wait until rank 0's last checkpoint is written
     return stop.at(progress.update)
 

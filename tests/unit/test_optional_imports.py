@@ -197,6 +197,11 @@ INTEGRATIONS = {
     "subword-nmt": ["subword_nmt.apply_bpe"],
     "huggingface-hub": ["huggingface_hub", "huggingface_hub.file_download"],
     "transformers": ["transformers.models.marian"],
+    "tensorboard": [
+        "tensorboard",
+        "torch.utils.tensorboard",
+        "tensorboard.backend.event_processing.event_accumulator",
+    ],
     "httpx": ["httpx"],
     "libretranslatepy": ["libretranslatepy"],
     "deep-translator": ["deep_translator"],
