@@ -1,8 +1,8 @@
 """The decoding engine under the Translator: loaded models with the state of decoding (the lines
 truncated so far, a lock, the worker processes), and the batch translation: lines, each whole,
-with their phrases, through the search in this process or in the decoding workers; texts cut
-into sentences and joined back; HTML fragments around their translations. The user's API over it
-is `decoding.translator`.
+with their phrases, through the search in this process or in the decoding workers; texts and
+HTML fragments through the text pipeline (`decoding.text_plan`: cut into sentences and joined
+back, the markup rebuilt around the translations). The user's API over it is `decoding.translator`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from sentencepiece import SentencePieceProcessor
 
 from nmt_cli.data.text import visible, without_nul
 from nmt_cli.decoding import arguments
-from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.line_decoding import decode_lines, with_phrases
 from nmt_cli.decoding.loading import Loaded
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.terms import Constrained
-from nmt_cli.decoding.texts import Result, text_lines, translate_by_sentence
+from nmt_cli.decoding.text_plan import Html, TextPlan, parse_html, plan_texts
+from nmt_cli.decoding.texts import Result, text_lines
 from nmt_cli.decoding.workers import (
     WorkerPool,
     can_fork,
@@ -31,7 +31,7 @@ from nmt_cli.decoding.workers import (
     fork_safe_threads,
     open_descriptors,
 )
-from nmt_cli.errors import SettingError, literal, optional_import_failure
+from nmt_cli.errors import SettingError, literal
 from nmt_cli.ranges import check_setting
 
 
@@ -62,19 +62,11 @@ class Engine(Loaded):
         self, fragments: Sequence[str], settings: DecodeSettings, documents: bool = False
     ) -> list[str]:
         """`translate_html` with settings made by `settings()`; MarkupError (an InputError) if unreadable."""
-        try:
-            from nmt_cli.decoding import markup
-        except ImportError as err:
-            raise optional_import_failure(
-                err, 'HTML needs lxml: pip install "nmt-cli[html]"', "lxml"
-            ) from None
+        html = parse_html(list(fragments), documents)
         # Models tokenized with Moses and BPE give no alignment: their tags go by relative position.
         aligned = dataclasses.replace(settings, alignments=self.aligns)
-
-        def translate(texts: list[str]) -> list[tuple[str, Alignment]]:
-            return [(r.hyps[0][0], r.alignment or ()) for r in self.translate_texts(texts, aligned)]
-
-        return markup.translate_fragments(list(fragments), translate, documents)
+        texts = [without_nul(text) for text in html.texts]
+        return [r.hyps[0][0] for r in self._translated(self.plan(texts, aligned, html=html))]
 
     def translate_results(
         self,
@@ -86,19 +78,11 @@ class Engine(Loaded):
         with its `constraints` and the glossary's terms it matches (`decoding.terms`)."""
         checked = text_lines(lines, "translate_results", kinds=(str, Constrained))
         lines = [without_nul(line) if isinstance(line, str) else line for line in checked]
-        settings = arguments.checked_settings(settings, "translate_results")
-        if settings.alignments and not self.aligns:
-            raise SettingError(
-                "alignments", True, literal(f"{self.source} tokenizes with Moses and BPE: no word alignment")
-            )
-        units: list[str | Constrained] = list(lines)
-        if constraints is not None or settings.glossary is not None:
-            units = self.constrained(lines, settings, constraints)
-            settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
+        plan = self.plan(lines, settings, split=False, constraints=constraints)
         if (pool := self._pool) is None or pool.forked():  # read once: close() may clear it meanwhile
             with self._lock, fork_safe_threads():
-                return decode_lines(self, units, settings)
-        results, truncated = pool.map(units, settings)
+                return decode_lines(self, plan.units, plan.settings)
+        results, truncated = pool.map(plan.units, plan.settings)
         with self._lock:
             self.truncated += truncated
         return results
@@ -115,10 +99,29 @@ class Engine(Loaded):
         Texts with `constraints` of their own are translated whole: a phrase belongs to the text,
         not to one of its sentences."""
         texts = [without_nul(text) for text in texts]  # before the sentences are cut
-        if not split or constraints is not None:
-            return self.translate_results(texts, settings, constraints)
+        return self._translated(self.plan(texts, settings, split, constraints))
+
+    def plan(
+        self,
+        texts: Sequence[str | Constrained],
+        settings: DecodeSettings,
+        split: bool = True,
+        constraints: Iterable[Sequence[str]] | None = None,
+        html: Html | None = None,
+    ) -> TextPlan:
+        """The checked `settings` and the units `texts` become with this model's language and
+        phrases (`text_plan.plan_texts`; `texts` are `html.texts` where they come from HTML)."""
+        settings = arguments.checked_settings(settings, "translate_results")
+        if settings.alignments and not self.aligns:
+            raise SettingError(
+                "alignments", True, literal(f"{self.source} tokenizes with Moses and BPE: no word alignment")
+            )
         language = self.languages[0] if self.languages else "en"
-        return translate_by_sentence(self.translate_results, texts, settings, language)
+        return plan_texts(texts, settings, self.constrained, language, split, constraints, html)
+
+    def _translated(self, plan: TextPlan) -> list[Result]:
+        """The answers of `plan`, its units translated whole (`translate_results`)."""
+        return plan.answers(self.translate_results(plan.units, plan.settings))
 
     @property
     def workers(self) -> int:

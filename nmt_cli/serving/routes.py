@@ -126,8 +126,8 @@ async def translate_libretranslate(
     limits = service.limits
     asked = libretranslate.parse(fields, limits.max_lines, limits.max_input_chars)
     lines = [without_nul(text) for text in asked.texts]
-    parsed = await parse_html(request, service, lines, LIBRETRANSLATE) if asked.html else None
-    pair, detected = await choose_pair(service, asked.source, asked.target, parsed.texts if parsed else lines)
+    html = await parse_html(request, service, lines, LIBRETRANSLATE) if asked.html else None
+    pair, detected = await choose_pair(service, asked.source, asked.target, html.texts if html else lines)
     # HTML gets no alternatives but an empty list, as LibreTranslate answers: its own web page
     # asks for 3 whatever the format.
     nbest = asked.alternatives + 1 if asked.alternatives and not asked.html else None
@@ -135,7 +135,7 @@ async def translate_libretranslate(
     terms = parse_terms(fields, len(lines), settings, LIBRETRANSLATE, single=asked.single)
     options = TextOptions(html=asked.html)
     results = await translate_texts(
-        request, service, pair, lines, terms.settings, options, LIBRETRANSLATE, parsed, terms.constraints
+        request, service, pair, lines, terms.settings, options, LIBRETRANSLATE, html, terms.constraints
     )
     return JSONResponse(libretranslate.answer(asked, [r.hyps for r in results], detected))
 

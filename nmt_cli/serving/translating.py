@@ -1,6 +1,7 @@
 """A request's texts from the route to the queue and back, for both shapes of POST /translate:
-HTML fragments parsed, texts cut into sentences, phrases encoded, the sentences decoded on the
-pair's queue, then the sentences joined and the HTML rebuilt. Everything but the awaiting runs
+the text pipeline's plan (`decoding.text_plan`: HTML fragments parsed, texts cut into sentences,
+phrases encoded), the units decoded on the pair's queue, then the plan's answers (the sentences
+joined and the HTML rebuilt). Everything but the awaiting runs
 on the service's text lane (`serving.text_lane`) or the batchers' threads, never on the event
 loop. A refusal is worded by the route that asked (`serving.refusals`); what cannot be answered
 is `Unanswered`."""
@@ -10,15 +11,16 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from nmt_cli.decoding.markup import MarkupError, Parsed
+from nmt_cli.decoding import text_plan
+from nmt_cli.decoding.markup import MarkupError
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.terms import Constrained, ConstraintError
-from nmt_cli.decoding.texts import Result, Split, join_results, sentences_of, split_texts
+from nmt_cli.decoding.text_plan import Html, TextPlan
+from nmt_cli.decoding.texts import Result
 from nmt_cli.decoding.workers import WorkerDied
 from nmt_cli.errors import SettingError
 from nmt_cli.serving.batcher import Closed, QueueFull, TooLarge
@@ -50,15 +52,6 @@ class Unanswered(Exception):
         self.headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
 
 
-@dataclass(frozen=True)
-class Html:
-    """HTML fragments as parsed on the text lane, with the texts to translate read from them
-    there too (one a block: a page of many blocks takes a while)."""
-
-    parsed: Parsed
-    texts: list[str]
-
-
 def tags_in(texts: list[str]) -> int:
     """What the HTML cost bound counts: every `<`, a bound on the tags a parser can find."""
     return sum(text.count("<") for text in texts)
@@ -74,8 +67,7 @@ async def parse_html(request: Request, service: Service, texts: list[str], wordi
 
 def _parsed(fragments: list[str], wording: Wording) -> Html:
     try:
-        parsed = Parsed.of(fragments)
-        return Html(parsed, parsed.texts)
+        return text_plan.parse_html(fragments)
     except MarkupError as err:  # names the text it refuses
         raise wording.refuse(MARKUP, index=err.index, problem=err) from None
 
@@ -88,67 +80,49 @@ async def translate_texts(
     settings: DecodeSettings,
     options: TextOptions,
     wording: Wording,
-    parsed: Html | None = None,
+    html: Html | None = None,
     constraints: list[list[str]] | None = None,
 ) -> list[Result]:
-    """Texts through `pair`'s queue: sentence by sentence unless `options.split` is off (or the
-    texts have `constraints` of their own), each text's sentences joined back; HTML fragments
+    """Texts through `pair`'s queue, planned and answered by the text pipeline
+    (`decoding.text_plan`): sentence by sentence unless `options.split` is off (or the texts have
+    `constraints` of their own), each text's sentences joined back; HTML fragments
     (`options.html`) parsed first and rebuilt around their translations, which then need the
     words' alignment. The phrases to enforce are checked before decoding, so that a bad one is
     the request's refusal, and the queue batches requests whatever their glossaries."""
     if options.html and constraints is not None:
         raise wording.refuse(CONSTRAINTS_WITH_HTML)
-    if options.html and parsed is None:
-        parsed = await parse_html(request, service, texts, wording)
-    units = parsed.texts if parsed is not None else texts
-    aligned = options.alignments or parsed is not None
+    if options.html and html is None:
+        html = await parse_html(request, service, texts, wording)
+    units = html.texts if html is not None else texts
+    aligned = options.alignments or html is not None
     settings = dataclasses.replace(settings, alignments=aligned and pair.translator.aligns)
-    split = (options.split or parsed is not None) and constraints is None
-    cut = functools.partial(_sentences, pair, units, settings, split, constraints, wording)
-    splits, sentences, settings = await in_lane(request, service, len(units), 0, cut)
-    results = await decode(request, pair, sentences, settings, wording)
-    if splits is None and parsed is None:
+    planned = functools.partial(_plan, pair, units, settings, options.split, constraints, html, wording)
+    plan = await in_lane(request, service, len(units), 0, planned)
+    results = await decode(request, pair, plan.units, plan.settings, wording)
+    if not plan.rebuilds:
         return results
-    tags = tags_in(texts) if parsed is not None else 0
-    finish = functools.partial(_finished, splits, results, settings, parsed)
-    return await in_lane(request, service, len(texts), tags, finish)
+    tags = tags_in(texts) if html is not None else 0
+    return await in_lane(request, service, len(texts), tags, functools.partial(plan.answers, results))
 
 
-def _sentences(
+def _plan(
     pair: Served,
     units: list[str],
     settings: DecodeSettings,
     split: bool,
     constraints: list[list[str]] | None,
+    html: Html | None,
     wording: Wording,
-) -> tuple[list[Split] | None, list[str | Constrained], DecodeSettings]:
-    """The sentences to decode (the units cut when `split`), with their phrases encoded."""
-    language = pair.pair[0] if pair.pair else "en"
-    splits = split_texts(units, language) if split else None
-    sentences: list[str | Constrained] = list(sentences_of(splits) if splits else units)
-    if constraints is None and settings.glossary is None:
-        return splits, sentences, settings
+) -> TextPlan:
+    """The pair's plan of the units (`Engine.plan`), a phrase it cannot meet refused."""
     try:
-        constrained = pair.translator.constrained(sentences, settings, constraints)
+        return pair.translator.plan(units, settings, split, constraints, html)
     except ConstraintError as err:
         if constraints is not None and err.source == "constraints":
             raise wording.refuse(CONSTRAINT, index=err.line, problem=err.problem) from None
         raise wording.refuse(TERMS, problem=f"glossary: {err}") from None
     except SettingError as err:
         raise wording.refuse(TERMS, problem=err.as_field()) from None
-    return splits, constrained, dataclasses.replace(settings, glossary=None)
-
-
-def _finished(
-    splits: list[Split] | None, results: list[Result], settings: DecodeSettings, parsed: Html | None
-) -> list[Result]:
-    """The sentences' results joined into their texts', and the HTML rebuilt around them."""
-    if splits is not None:
-        results = join_results(splits, results, settings)
-    if parsed is None:
-        return results
-    rebuilt = parsed.parsed.rebuild([(r.hyps[0][0], r.alignment or ()) for r in results])
-    return [Result([(text, 0.0)]) for text in rebuilt]
 
 
 async def in_lane(request: Request, service: Service, texts: int, tags: int, work: Callable[[], T]) -> T:
