@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from nmt_cli.data.sentences import Split
+from nmt_cli.data.sentences import Split, split_sentences
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.terms import Constrained
-from nmt_cli.decoding.texts import Result, join_results, sentences_of, split_texts
+from nmt_cli.decoding.texts import Result, padded
 from nmt_cli.errors import optional_import_failure
 
 if TYPE_CHECKING:  # lxml is an optional extra: `decoding.markup` is imported when HTML comes
@@ -71,7 +71,7 @@ class TextPlan:
 
     def answers(self, results: list[Result]) -> list[Result]:
         """The units' `results` (in order) as the texts': the sentences' results joined into their
-        texts' (`texts.joined`), and the HTML rebuilt around them (one hypothesis, scored 0)."""
+        texts' (`joined`), and the HTML rebuilt around them (one hypothesis, scored 0)."""
         if self.splits is not None:
             results = join_results(self.splits, results, self.settings)
         if self.html is None:
@@ -103,3 +103,66 @@ def plan_texts(
         units = constrain(units, settings, constraints)
         settings = dataclasses.replace(settings, glossary=None)  # applied: no need to ship it
     return TextPlan(units, settings, splits, html)
+
+
+def split_texts(texts: Sequence[str], language: str) -> list[Split]:
+    """Each text's sentences, by `language`'s rules, without the whitespace around the text."""
+    return [_inner(split_sentences(text, language)) for text in texts]
+
+
+def sentences_of(splits: list[Split]) -> list[str]:
+    return [sentence for split in splits for sentence in split.sentences]
+
+
+def join_results(splits: list[Split], flat: list[Result], settings: DecodeSettings) -> list[Result]:
+    """The results of `sentences_of(splits)`, joined back into one result a text."""
+    results, at = [], 0
+    for split in splits:
+        count = len(split.sentences)
+        results.append(joined(split, flat[at : at + count], settings))
+        at += count
+    return results
+
+
+def _inner(split: Split) -> Split:
+    """`split` without the whitespace before its first sentence and after its last."""
+    return Split("", split.sentences, (*split.gaps[:-1], "") if split.gaps else ())
+
+
+def joined(split: Split, results: list[Result], settings: DecodeSettings) -> Result:
+    """The results of a text's sentences as one: the i-th hypothesis of each joined (scored by
+    their mean), alignments with word numbers counted over the joined texts."""
+    nbest = settings.nbest
+    if not results:
+        return Result(padded([(split.join([]), 0.0)], nbest), () if settings.alignments else None)
+    hyps = [
+        (split.join([r.hyps[k][0] for r in results]), sum(r.hyps[k][1] for r in results) / len(results))
+        for k in range(nbest)
+    ]
+    if not settings.alignments:
+        return Result(hyps)
+    src_words = _renumbered(split, list(split.sentences))
+    tgt_words = _renumbered(split, [r.hyps[0][0] for r in results])
+    links: set[tuple[int, int]] = set()
+    for src, tgt, r in zip(src_words, tgt_words, results, strict=True):
+        if src and tgt:  # a sentence's links count words as its pieces do: kept inside its words
+            links.update((src[min(i, len(src) - 1)], tgt[min(j, len(tgt) - 1)]) for i, j in r.alignment or ())
+    return Result(hyps, tuple(sorted(links)))
+
+
+def _renumbered(split: Split, parts: list[str]) -> list[list[int]]:
+    """For each part, the number in `split.join(parts)` of each of its own words. Parts need not be
+    separated by whitespace (the segmenter cuts "A dog.A cat." with no gap): a word that straddles
+    two parts is one word of the joined text, and belongs to both."""
+    text = split.join(parts)
+    owner, word = [], -1  # the number of the word each character is in (-1: whitespace)
+    for at, char in enumerate(text):
+        if not char.isspace() and (at == 0 or text[at - 1].isspace()):
+            word += 1
+        owner.append(-1 if char.isspace() else word)
+    numbers, at = [], len(split.lead)
+    for part, gap in zip(parts, split.gaps, strict=True):
+        starts = [i for i, c in enumerate(part) if not c.isspace() and (i == 0 or part[i - 1].isspace())]
+        numbers.append([owner[at + i] for i in starts])
+        at += len(part) + len(gap)
+    return numbers

@@ -3,7 +3,8 @@ on the tiny copy model (which translates a line into itself) each word aligned t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from nmt_cli.decoding.alignment import attended_pieces, default_layer, pharaoh, 
 from nmt_cli.decoding.batches import translate_batch
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.settings import DecodeSettings
-from nmt_cli.decoding.texts import Result, translate_by_sentence
+from nmt_cli.decoding.text_plan import plan_texts
+from nmt_cli.decoding.texts import Result
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
 
@@ -46,6 +48,20 @@ def test_the_copy_model_aligns_each_word_to_itself(translator: Translator) -> No
         assert alignment == tuple((i, i) for i in range(len(line.split()))), line
 
 
+def by_sentence(
+    translate: Callable[[list[str], DecodeSettings], list[Result]], texts: list[str], settings: DecodeSettings
+) -> list[Result]:
+    """`texts` through the text pipeline, cut into English sentences, `translate` decoding them."""
+
+    def no_phrases(*_: object) -> NoReturn:
+        raise AssertionError("no constraints and no glossary: nothing to constrain")
+
+    plan = plan_texts(texts, settings, no_phrases, "en")
+    units = [unit for unit in plan.units if isinstance(unit, str)]
+    assert len(units) == len(plan.units)  # sentences, none with phrases
+    return plan.answers(translate(units, plan.settings))
+
+
 def test_sentence_links_count_words_over_the_whole_line() -> None:
     def fake(sentences: list[str], settings: DecodeSettings) -> list[Result]:
         # Reverses each sentence's words, and says so in its alignment.
@@ -57,7 +73,7 @@ def test_sentence_links_count_words_over_the_whole_line() -> None:
         return out
 
     settings = DecodeSettings(DecodeConfig(), alignments=True)
-    (result,) = translate_by_sentence(fake, ["  One two.  Three four five. "], settings, "en")
+    (result,) = by_sentence(fake, ["  One two.  Three four five. "], settings)
     assert result.hyps == [("two. One  five. four Three", -1.0)]
     assert result.alignment == ((0, 1), (1, 0), (2, 4), (3, 3), (4, 2))
 
@@ -69,7 +85,7 @@ def test_a_word_that_straddles_two_sentences_is_one_word_of_the_line() -> None:
         return [Result([(s, -1.0)], tuple((i, i) for i in range(len(s.split())))) for s in sentences]
 
     settings = DecodeSettings(DecodeConfig(), alignments=True)
-    (result,) = translate_by_sentence(copy, ["One two.Three four five."], settings, "en")
+    (result,) = by_sentence(copy, ["One two.Three four five."], settings)
     assert result.hyps == [("One two.Three four five.", -1.0)]
     assert result.alignment == ((0, 0), (1, 1), (2, 2), (3, 3))
 
