@@ -11,6 +11,7 @@
     GET  /info       model paths, languages, vocabulary sizes, model and decode settings, precision,
                      version; "pairs" describes every language pair served
     GET  /metrics    Prometheus' text format (`serving.metrics`)
+    GET  /openapi.json  the OpenAPI document of these routes (`serving.openapi`); no docs page
 
 Every request is checked in full (`serving.requests`) before anything reaches a model, its
 decode settings by the same rules as `nmt translate`'s options; a bad one gets a 4xx with
@@ -54,7 +55,12 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-ROUTES = ("/", "/translate", "/languages", "/detect", "/frontend/settings", "/health", "/info", "/metrics")
+OPENAPI = "/openapi.json"
+NO_PAGES: dict[str, Any] = {"docs_url": None, "redoc_url": None}
+"""FastAPI's documentation pages, left out: Swagger UI and ReDoc load their scripts from elsewhere."""
+ROUTES = (
+    "/", "/translate", "/languages", "/detect", "/frontend/settings", "/health", "/info", "/metrics", OPENAPI,
+)  # fmt: skip
 CROSS_ORIGIN = ("/translate", "/languages", "/detect", "/frontend/settings")
 """The routes a page of any origin may call, as LibreTranslate lets browser clients call them;
 /info (model paths) and /metrics stay same-origin."""
@@ -89,12 +95,11 @@ def create_app(
     from fastapi import FastAPI
     from starlette.exceptions import HTTPException
 
-    from nmt_cli.serving import routes, translating
+    from nmt_cli.serving import openapi, routes, translating
 
     service = Service.over(models, limits, keys)
-    app = FastAPI(
-        title="nmt", version=__version__, lifespan=_lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
+    # FastAPI serves the document at OPENAPI (`serving.openapi`), open like /health.
+    app = FastAPI(title="nmt", version=__version__, lifespan=_lifespan, openapi_url=OPENAPI, **NO_PAGES)
     app.state.service = service  # what the routes share, handed to them by `dependencies.shared_service`
     app.add_middleware(CrossOrigin, paths=CROSS_ORIGIN)
     app.add_middleware(CountRequests, metrics=service.metrics)
@@ -105,6 +110,10 @@ def create_app(
     app.include_router(routes.nmt_routes())
     app.include_router(routes.libretranslate_routes())
     app.include_router(routes.status_routes())
+    # Written once, here, so that a route without its entry in the document fails at start; FastAPI
+    # serves it rather than one it infers (the routes read their bodies by hand).
+    schema = openapi.document(app, service)
+    app.openapi = lambda: schema  # type: ignore[method-assign]
     return app
 
 

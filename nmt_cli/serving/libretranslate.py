@@ -29,6 +29,7 @@ from typing import Any
 from nmt_cli.serving.refusals import BadRequest
 
 FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+FORMATS = ("text", "html")  # what format may be, on nmt's own route too
 EXTENSIONS = ("glossary", "constraints", "ordered_constraints")  # nmt's, as its own route takes them
 MAX_ALTERNATIVES = 10
 
@@ -124,7 +125,7 @@ def parse(data: Mapping[str, Any], max_lines: int, max_chars: int) -> Request:
         if not isinstance(value, str) or not value:
             raise Refused(400, f"Invalid request: missing {name} parameter")
     form = data.get("format", "text") or "text"
-    if form not in ("text", "html"):
+    if form not in FORMATS:
         raise Refused(400, f"Invalid request: format {form!r}: use text or html")
     alternatives = str(data.get("alternatives", 0) or 0)
     # ASCII digits only: isdigit() takes "²", which int() refuses; and int() refuses 5,000 digits.

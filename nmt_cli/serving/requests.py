@@ -13,6 +13,7 @@ from nmt_cli.data.glossary import Glossary
 from nmt_cli.data.text import without_nul
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling, with_terms
 from nmt_cli.errors import InputError, SettingError
+from nmt_cli.serving.libretranslate import FORMATS
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.refusals import CONSTRAINTS_SHAPE, NMT, TERMS, BadRequest, Wording
 from nmt_cli.user_settings import SEARCH_FIELDS, DecodeOverrides
@@ -111,7 +112,7 @@ class TextOptions:
 def parse_text_options(data: Mapping[str, Any], nbest: int) -> TextOptions:
     """format ("text" or "html"), split_sentences and alignments of nmt's request shape."""
     form = data.get("format", "text")
-    if form not in ("text", "html"):
+    if form not in FORMATS:
         raise BadRequest(422, f"format: {form!r}; use text or html")
     for name in ("split_sentences", "alignments"):
         if name in data and not isinstance(data[name], bool):
