@@ -206,6 +206,8 @@ INTEGRATIONS = {
     "libretranslatepy": ["libretranslatepy"],
     "deep-translator": ["deep_translator"],
     "selenium": ["selenium.webdriver"],
+    "openapi-core": ["openapi_core", "openapi_core.testing", "openapi_spec_validator"],
+    "schemathesis": ["schemathesis", "schemathesis.checks", "requests"],
 }
 # Tools, run by make lint and make test, not imported by nmt.
 NOT_IMPORTED = {"pytest", "pytest-xdist", "build", "ruff", "mypy", "hypothesis", "import-linter"}
