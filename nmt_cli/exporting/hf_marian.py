@@ -13,7 +13,9 @@ network is nmt's with the d_model coordinates reordered (`to_halves`): every wei
 or writes the residual stream is permuted alike, which changes no output but the rounding of sums.
 config.json records that reordering, and whether nmt's model had an output bias (Marian always
 has one: the export writes zeros where nmt had none), under "nmt_export"; `nmt import` reads it
-to give back the original tensors, and transformers keeps the key without reading it.
+to give back the original tensors, and transformers keeps the key without reading it. The other
+way round, a model nmt imported from Hugging Face goes back to its files' row order and special
+ids (`in_original_order`, from the order the import recorded).
 """
 
 from __future__ import annotations
@@ -260,3 +262,62 @@ def write(
 def _id_table(pieces: list[str]) -> str:
     """vocab.json: each piece's id, which in nmt's sentencepiece models is its place in the model."""
     return json.dumps({piece: i for i, piece in enumerate(pieces)}, ensure_ascii=False, indent=2) + "\n"
+
+
+def in_original_order(
+    weights: dict[str, torch.Tensor],
+    configs: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    pieces: tuple[list[str], list[str]],
+    imported_from: dict[str, Any] | None,
+) -> tuple[
+    dict[str, torch.Tensor],
+    tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    tuple[list[str], list[str]],
+]:
+    """An imported Hugging Face Marian model's export with its rows, id tables and special ids
+    back in the order of the files it came from ("marian_rows", which `nmt import` records):
+    the same tensors as those files. The rows nmt added (<s>, the pieces of the sentencepiece
+    models the original table lacked, which it read as <unk>) are left out again. Anything
+    else (nmt's own models, or a record that does not fit these weights) is returned as it is."""
+    rows = (imported_from or {}).get("marian_rows")
+    src, tgt = (rows.get("src"), rows.get("tgt")) if isinstance(rows, dict) else (None, None)
+    if not (_fits(src, len(pieces[0])) and _fits(tgt, len(pieces[1]))):
+        return weights, configs, pieces
+    assert src is not None and tgt is not None  # _fits says so
+    source, target = torch.tensor(src), torch.tensor(tgt)
+    shared = "model.shared.weight" in weights
+    if shared and src != tgt:  # one embedding serves both sides: one order
+        return weights, configs, pieces
+    by_side = {
+        "model.shared.weight": source,
+        "model.encoder.embed_tokens.weight": source,
+        "model.decoder.embed_tokens.weight": target,
+        "lm_head.weight": target,
+    }
+    out = {name: tensor[by_side[name]] if name in by_side else tensor for name, tensor in weights.items()}
+    out["final_logits_bias"] = weights["final_logits_bias"][:, target]
+    out = {name: tensor.contiguous() for name, tensor in out.items()}  # safetensors stores them whole
+    ids = {nmt_id: i for i, nmt_id in enumerate(tgt)}  # the target side's special ids, as the files had them
+    model, generation, tokenizer = (dict(config) for config in configs)
+    model |= {"vocab_size": len(src), "decoder_vocab_size": len(tgt)}
+    for config in (model, generation):
+        for key in (
+            "pad_token_id",
+            "eos_token_id",
+            "bos_token_id",
+            "decoder_start_token_id",
+            "forced_eos_token_id",
+        ):
+            if config.get(key) is not None:
+                config[key] = ids.get(config[key])  # None for <s>, which Marian's tables lack
+    generation["bad_words_ids"] = [[ids[i]] for (i,) in generation["bad_words_ids"] if i in ids]
+    return out, (model, generation, tokenizer), ([pieces[0][i] for i in src], [pieces[1][i] for i in tgt])
+
+
+def _fits(rows: object, size: int) -> bool:
+    """A list of distinct nmt ids below `size`."""
+    return (
+        isinstance(rows, list)
+        and all(isinstance(i, int) and 0 <= i < size for i in rows)
+        and len(set(rows)) == len(rows)
+    )

@@ -30,11 +30,10 @@ from nmt_cli.data.tokenizer import LANGUAGE_CODES, LanguageCodes
 from nmt_cli.errors import InputError, optional_import_failure
 from nmt_cli.importing.imported import Imported
 from nmt_cli.importing.layers import sizes, stacks
+from nmt_cli.importing.round_trip import LAYOUTS, exported_by_nmt, interleaved, original_rows
 from nmt_cli.importing.vocabulary import Renumbering, renumber, renumbered_model
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
-LAYOUTS = {"halves": "sinusoidal-halves", "interleaved": "sinusoidal"}
-"""nmt_export's position_layout: the model's positions in nmt's terms."""
 FILES = (
     "config.json",
     "generation_config.json",
@@ -90,7 +89,7 @@ def read(folder: Path) -> Imported:
     cfg = _config(config, folder, src, tgt, separate, starts)
     theirs = _tensors(folder)
     if cfg.positions == LAYOUTS["interleaved"]:
-        theirs = _interleaved(theirs, cfg.d_model)
+        theirs = interleaved(theirs, cfg.d_model)
     weights = _weights(theirs, cfg, config, src, tgt, folder)
     spm = {
         # generate's output decoded with skip_special_tokens, as OPUS-MT is used: <unk> is dropped.
@@ -106,6 +105,8 @@ def read(folder: Path) -> Imported:
         "toolkit": "marian",
         "path": str(folder.resolve()),
         "name": str(config.get("_name_or_path", "")),
+        # so that `nmt export --format hf-marian` gives back these files' tensors, rows in their order
+        "marian_rows": {"src": original_rows(src), "tgt": original_rows(tgt)},
     }
     return Imported(cfg, weights, spm, languages, decode, origin, tokenizers)
 
@@ -224,7 +225,7 @@ def _config(
         problems.append(f"max_position_embeddings = {positions:,}; nmt holds from 1 to {MAX_POSITIONS:,}")
     if problems or activation is None or start is None:
         raise InputError(f"{where}: " + "; ".join(problems))
-    layout, output_bias = _exported_by_nmt(config, where)
+    layout, output_bias = exported_by_nmt(config, where)
     layers = (int(get("encoder_layers", 12)), int(get("decoder_layers", 12)))
     return ModelConfig(
         **sizes(*layers, d, int(get("encoder_ffn_dim", 4096)), heads),
@@ -243,48 +244,6 @@ def _config(
         output_bias=output_bias,
         decoder_start=start,
     )
-
-
-def _exported_by_nmt(config: dict[str, Any], where: Path) -> tuple[str, bool]:
-    """The position layout (nmt's name) and whether there is an output bias, as config.json's
-    "nmt_export" records them for a model nmt exported; Marian's own (halves, a bias) without it."""
-    record = config.get("nmt_export", {})
-    layout = record.get("position_layout") if isinstance(record, dict) else None
-    bias = record.get("output_bias") if isinstance(record, dict) else None
-    if record == {}:
-        layout, bias = "halves", True
-    if layout not in LAYOUTS or not isinstance(bias, bool):
-        raise InputError(
-            f'{where}: "nmt_export" is not {{"position_layout": "interleaved" or "halves", "output_bias": '
-            "true or false}, as nmt export writes it"
-        )
-    return LAYOUTS[layout], bias
-
-
-def _interleaved(theirs: dict[str, torch.Tensor], d_model: int) -> dict[str, torch.Tensor]:
-    """Marian's tensors with the residual stream's coordinates back in nmt's interleaved layout
-    (sine, cosine, sine...), which `nmt export` reordered to all sines, then all cosines: the
-    columns of what reads the stream and the rows of what writes it, taken back alike."""
-    halves = [*range(0, d_model, 2), *range(1, d_model, 2)]  # the export's order
-    back = sorted(range(d_model), key=halves.__getitem__)
-    reads = ("shared.weight", "embed_tokens.weight", "lm_head.weight", "_proj.weight", "fc1.weight")
-    writes = (
-        "out_proj.weight",
-        "out_proj.bias",
-        "fc2.weight",
-        "fc2.bias",
-        "layer_norm.weight",
-        "layer_norm.bias",
-    )
-    out = {}
-    for name, tensor in theirs.items():
-        if name.endswith(writes):
-            out[name] = tensor[back]
-        elif name.endswith(reads):
-            out[name] = tensor[:, back]
-        else:
-            out[name] = tensor
-    return out
 
 
 def _tensors(folder: Path) -> dict[str, torch.Tensor]:

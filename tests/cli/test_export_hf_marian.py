@@ -218,6 +218,34 @@ def test_an_imported_marian_model_exports_back_to_its_tensors(separate_vocabs: b
     assert generate(out, lines, **same) == generate(folder, lines, **same, bad_words_ids=[[pad]])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="commands/export.py does not call hf_marian.in_original_order yet (the patch is with the session)",
+)
+@pytest.mark.parametrize("separate_vocabs", [False, True], ids=["joint", "separate"])
+def test_an_imported_marian_model_exports_back_to_the_same_tensors(
+    separate_vocabs: bool, tmp_path: Path
+) -> None:
+    folder = marian_dir(tmp_path, "gelu" if separate_vocabs else "swish", separate_vocabs, seed=3)
+    imported, out = tmp_path / "imported.pt", tmp_path / "hf"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    export_hf(imported, out)
+    theirs = safetensors_torch.load_file(str(folder / "model.safetensors"))
+    ours = safetensors_torch.load_file(str(out / "model.safetensors"))
+    # The import records the files' row order, the export restores it: the same tensors, the
+    # same id tables and the same special ids (nmt's own <s> and rows it added are left out again).
+    assert ours.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+    for name in ("vocab.json", "target_vocab.json") if separate_vocabs else ("vocab.json",):
+        assert json.loads((out / name).read_text(encoding="utf-8")) == json.loads(
+            (folder / name).read_text(encoding="utf-8")
+        )
+    config, original = (transformers.AutoConfig.from_pretrained(f) for f in (out, folder))
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id", "vocab_size", "decoder_vocab_size"):
+        assert getattr(config, key) == getattr(original, key), key
+
+
 @pytest.mark.parametrize(
     ("variant", "words"),
     [

@@ -380,3 +380,21 @@ def test_an_nmt_export_record_it_cannot_read_is_refused(
     capsys.readouterr()
     assert '"nmt_export" is not' in refused(capsys, "import", folder, "-o", tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_the_import_records_the_row_order_of_its_files(tmp_path: Path) -> None:
+    """imported_from["marian_rows"]: for each id of the files' tables, the nmt id with its row,
+    from which `nmt export --format hf-marian` puts the rows back in the files' order."""
+    from nmt_cli.data import spm
+
+    folder = marian_dir(tmp_path, "gelu", True, seed=5)
+    imported = tmp_path / "imported.pt"
+    assert nmt("-q", "import", folder, "-o", imported) == 0
+    ckpt = checkpoint.load(imported)
+    assert ckpt.imported_from is not None
+    rows = ckpt.imported_from["marian_rows"]
+    for side, name in (("src", "vocab.json"), ("tgt", "target_vocab.json")):
+        table = json.loads((folder / name).read_text(encoding="utf-8"))
+        processor = spm.load_processor(ckpt.spm[side])
+        assert len(rows[side]) == len(table)
+        assert all(processor.id_to_piece(rows[side][i]) == piece for piece, i in table.items())
