@@ -149,6 +149,9 @@ def _export_hf_marian(model: Path, out: Path, force: bool, reporter: Reporter) -
         hf_marian.tokenizer_config(separate, ckpt.languages, cfg.max_positions),
     )
 
+    # An imported Marian model: its rows and ids back in the order of the files it came from.
+    weights, configs, pieces = hf_marian.in_original_order(weights, configs, pieces, ckpt.imported_from)
+
     def fill(staging: Path) -> None:
         staging.mkdir()
         hf_marian.write(staging, weights, configs, models, pieces)

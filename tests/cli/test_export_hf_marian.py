@@ -218,10 +218,6 @@ def test_an_imported_marian_model_exports_back_to_its_tensors(separate_vocabs: b
     assert generate(out, lines, **same) == generate(folder, lines, **same, bad_words_ids=[[pad]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="commands/export.py does not call hf_marian.in_original_order yet (the patch is with the session)",
-)
 @pytest.mark.parametrize("separate_vocabs", [False, True], ids=["joint", "separate"])
 def test_an_imported_marian_model_exports_back_to_the_same_tensors(
     separate_vocabs: bool, tmp_path: Path
