@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, one_line_error, refused, train_args
+from helpers import Corpus, TrainedRun, nmt, one_line_error, refused, train_args
 
 from nmt_cli import checkpoint
 

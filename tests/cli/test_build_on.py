@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
+from helpers import (
     Corpus,
     TrainedRun,
     nmt,

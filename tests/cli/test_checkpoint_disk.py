@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, train_args
+from helpers import Corpus, TrainedRun, nmt, train_args
 
 from nmt_cli import averaging, checkpoint
 from nmt_cli.recipe import load_recipe

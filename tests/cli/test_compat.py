@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import nmt
+from helpers import nmt
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_v0.1"
 

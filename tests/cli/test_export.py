@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import sentencepiece
 import torch
-from conftest import TrainedRun, nmt, refused, sentences, tiny_model
+from helpers import TrainedRun, nmt, refused, sentences, tiny_model
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.commands.export import QUANTIZATIONS, write_model

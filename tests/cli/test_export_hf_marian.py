@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, prepare_args, refused, sentences, train_args, write_split
+from helpers import Corpus, TrainedRun, nmt, prepare_args, refused, sentences, train_args, write_split
 from test_import_marian import marian_dir
 
 from nmt_cli import Translator, checkpoint

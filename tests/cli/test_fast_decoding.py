@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt_command, sentences, subprocess_env, wait_until
+from helpers import TrainedRun, nmt_command, sentences, subprocess_env, wait_until
 
 from nmt_cli import Sampling, Translator
 from nmt_cli.decoding import workers as worker_pool

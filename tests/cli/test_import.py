@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import exported_to_ctranslate2, nmt, refused, sets
+from helpers import exported_to_ctranslate2, nmt, refused, sets
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.data import corpus
@@ -409,7 +409,7 @@ def test_an_unknown_piece_reads_as_fairseq_writes_it(translator: Translator) -> 
 def test_a_hub_model_that_cannot_be_downloaded_is_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    from conftest import nmt_command, subprocess_env
+    from helpers import nmt_command, subprocess_env
 
     pytest.importorskip("huggingface_hub")
     # Offline, with an empty cache: what a machine without a network meets.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sentencepiece
 import torch
-from conftest import nmt, refused, sentences
+from helpers import nmt, refused, sentences
 
 from nmt_cli import Translator, checkpoint
 

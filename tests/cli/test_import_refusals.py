@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import refused
+from helpers import refused
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FAIRSEQ = FIXTURES / "fairseq-multi30k-tiny"

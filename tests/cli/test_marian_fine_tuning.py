@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import nmt, refused, sentences, sets
+from helpers import nmt, refused, sentences, sets
 from test_import_marian import marian_dir
 
 from nmt_cli import Translator, checkpoint

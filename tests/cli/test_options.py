@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import typer.main
-from conftest import nmt, refused
+from helpers import nmt, refused
 
 from nmt_cli.cli.app import app
 from nmt_cli.commands import attend, prepare, serve, translate

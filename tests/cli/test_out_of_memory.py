@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, nmt, one_line_error, train_args
+from helpers import Corpus, nmt, one_line_error, train_args
 
 from nmt_cli.errors import Terminated, describe
 

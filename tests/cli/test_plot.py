@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, sentences
+from helpers import TrainedRun, nmt, sentences
 
 from nmt_cli import figures, files
 from nmt_cli.commands import plot

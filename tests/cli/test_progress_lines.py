@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import Corpus, TrainedRun, nmt, nmt_command, prepare_args, subprocess_env, train_args
+from helpers import Corpus, TrainedRun, nmt, nmt_command, prepare_args, subprocess_env, train_args
 
 from nmt_cli import report
 from nmt_cli.config import TrainConfig

@@ -3,13 +3,13 @@ runs here, in README order, in one scratch directory laid out with the files the
 that an example that stops working fails this test:
 
 - `corpus/train`, `corpus/valid`, `corpus/test`, `corpus/synthetic`, `indomain/*`, `test.en`,
-  `test.de` and `sentences.en` are copy-task text (conftest's `sentences`) in "en" and "de";
+  `test.de` and `sentences.en` are copy-task text (helpers' `sentences`) in "en" and "de";
   `recipes` is this checkout's; `fairseq-run/` is the fairseq fixture of tests/fixtures;
-  `en-de.pt` and `de-en.pt` are conftest's two tiny language pairs; `keys.txt` holds one key.
+  `en-de.pt` and `de-en.pt` are conftest's `pairs` (two tiny language pairs); `keys.txt` holds one key.
   Every other file an example reads is made by an example before it (the five commands make
   `data`, `runs/mine` and `avg.pt`).
 - Each `nmt` command gets EXTRAS after its own options, the later value winning: `nmt train`
-  trains conftest's tiny model on one CPU thread for TRAIN_UPDATES updates, `nmt prepare` learns
+  trains the tests' tiny model on one CPU thread for TRAIN_UPDATES updates, `nmt prepare` learns
   a 100-piece vocabulary (the copy task has 16 words), decoding runs on one CPU thread.
 - SUBSTITUTIONS replace README names that a tiny run cannot have (checkpoint_10000.pt) or that
   stand for other files (newstest2014.de).
@@ -17,7 +17,7 @@ that an example that stops working fails this test:
   running_server) and one worker; the `curl` lines go to the server the README started on the port
   they name, and must answer JSON without an "error".
 
-`nmt` commands without shell syntax run in this process (conftest's `nmt`); the others (pipes,
+`nmt` commands without shell syntax run in this process (helpers' `nmt`); the others (pipes,
 `echo`, `curl`) run in bash, where `nmt` is a small script that adds the same EXTRAS. Commands that
 cannot run offline or need what this test cannot give are listed in NOT_RUN with the reason. A
 command neither runnable here nor listed fails the test, and so does a listed one (or a
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAST_TRAIN, TINY_MODEL, Pairs, nmt, one_thread, sentences, sets, subprocess_env
+from helpers import FAST_TRAIN, TINY_MODEL, Pairs, nmt, one_thread, sentences, sets, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

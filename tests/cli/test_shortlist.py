@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, exported_to_ctranslate2, nmt, refused
+from helpers import Corpus, TrainedRun, exported_to_ctranslate2, nmt, refused
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.commands import shortlist as shortlist_command

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Corpus, nmt, one_line_error, train_args
+from helpers import Corpus, nmt, one_line_error, train_args
 
 from nmt_cli.report import MetricsLog, Reporter
 from nmt_cli.training import tensorboard

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (
+from helpers import (
     Corpus,
     TrainedRun,
     nmt,

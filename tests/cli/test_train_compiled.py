@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, nmt, train_args
+from helpers import Corpus, nmt, train_args
 from torch._dynamo.utils import counters
 
 from nmt_cli import checkpoint

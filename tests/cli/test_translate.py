@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (
+from helpers import (
     WORDS,
     Corpus,
     TrainedRun,

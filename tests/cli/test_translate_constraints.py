@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import TrainedRun, nmt, refused
+from helpers import TrainedRun, nmt, refused
 
 from nmt_cli import Translator
 from nmt_cli.decoding.terms import ConstraintError

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt
+from helpers import TrainedRun, nmt
 
 from nmt_cli.commands import translate
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, refused, sentences
+from helpers import TrainedRun, nmt, refused, sentences
 
 
 def test_alignments_follow_each_translation_after_a_tab(

@@ -184,7 +184,7 @@ def _in_fused_adam(event: Any) -> bool:
 # --- the real CLI, in child processes ------------------------------------------------------------
 
 WORDS = "apple river stone cloud green music paper tiger silver window orange garden yellow friend".split()
-TINY_RUN = [  # tests/conftest.py's tiny copy-task model; no dropout so that runs compare exactly
+TINY_RUN = [  # tests/helpers.py's tiny copy-task model; no dropout so that runs compare exactly
     "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
     "model.heads=2", "model.d_k=16", "model.d_v=16", "model.max_positions=64", "model.dropout=0.0",
     'train.lr_schedule="inverse_sqrt"', "train.lr=1e-3", "train.warmup=10", "train.max_tokens=600",

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import one_thread
+from helpers import one_thread
 
 from nmt_cli import checkpoint
 from nmt_cli.demo import main as demo

@@ -22,7 +22,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import FAST_TRAIN, TINY_MODEL, WORDS, sets, subprocess_env
+from helpers import FAST_TRAIN, TINY_MODEL, WORDS, sets, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import WORDS, Corpus, TrainedRun, nmt, prepare_args, train_args
+from helpers import WORDS, Corpus, TrainedRun, nmt, prepare_args, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.data import corpus as corpus_io

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt_command, subprocess_env
+from helpers import TrainedRun, nmt_command, subprocess_env
 
 TIMEOUT_S = 120
 

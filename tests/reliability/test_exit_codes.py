@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt_command, subprocess_env, wait_until
+from helpers import TrainedRun, nmt_command, subprocess_env, wait_until
 
 TIMEOUT_S = 120
 

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, nmt, nmt_command, refused, subprocess_env, train_args
+from helpers import Corpus, nmt, nmt_command, refused, subprocess_env, train_args
 
 FILE_LIMIT = 200_000  # bytes: a tiny model's best checkpoint fits, a training one (with Adam) does not
 

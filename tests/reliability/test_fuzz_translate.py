@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt_command, one_thread, subprocess_env
+from helpers import TrainedRun, nmt_command, one_thread, subprocess_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

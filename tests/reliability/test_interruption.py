@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, TrainedRun, nmt, nmt_command, sentences, subprocess_env, train_args, wait_until
+from helpers import Corpus, TrainedRun, nmt, nmt_command, sentences, subprocess_env, train_args, wait_until
 
 from nmt_cli import checkpoint
 from nmt_cli.model import Transformer

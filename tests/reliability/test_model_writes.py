@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt, one_line_error
+from helpers import TrainedRun, nmt, one_line_error
 
 from nmt_cli import checkpoint, files
 from nmt_cli.commands import export

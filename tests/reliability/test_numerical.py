@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, nmt, train_args
+from helpers import Corpus, nmt, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.report import MetricsLog

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     Corpus,
     nmt,
     nmt_command,

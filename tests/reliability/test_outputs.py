@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, one_line_error, refused
+from helpers import TrainedRun, nmt, one_line_error, refused
 
 NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # what /dev/null and /dev/full are
 

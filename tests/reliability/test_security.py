@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, train_args
+from helpers import Corpus, TrainedRun, nmt, train_args
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nmt_cli"
 SOURCES = sorted(PACKAGE.rglob("*.py"))

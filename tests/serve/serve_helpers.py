@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import nmt_command, one_thread, subprocess_env
+from helpers import nmt_command, one_thread, subprocess_env
 
 from nmt_cli.decoding.translator import Translator
 from nmt_cli.serving.app import create_app

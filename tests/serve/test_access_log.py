@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, running_server
 
 from nmt_cli.serving.server import PATH_OF_A_KEY, QUERY_NOT_LOGGED, QUERY_OF_KEYS

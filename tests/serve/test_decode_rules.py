@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TrainedRun, nmt, one_line_error, one_thread
+from helpers import TrainedRun, nmt, one_line_error, one_thread
 from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.settings import SAMPLING_FIELDS, Sampling

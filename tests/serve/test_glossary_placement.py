@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, serving_in_process
 
 LINES = ["apple river stone cloud", "green music paper", "silver window orange garden yellow"]

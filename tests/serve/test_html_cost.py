@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, running_server
 
 from nmt_cli.serving.limits import ServeLimits

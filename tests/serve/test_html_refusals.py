@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, one_line_error, one_thread
+from helpers import TrainedRun, nmt, one_line_error, one_thread
 from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.translator import Translator

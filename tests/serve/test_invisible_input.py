@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainedRun, nmt, nmt_command, one_thread, subprocess_env
+from helpers import TrainedRun, nmt, nmt_command, one_thread, subprocess_env
 from serve_helpers import Server, serving_in_process
 
 from nmt_cli.decoding.translator import Translator

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Pairs, nmt, one_line_error, one_thread
+from helpers import Pairs, nmt, one_line_error, one_thread
 from serve_helpers import Server, running_server
 
 from nmt_cli import Translator

@@ -17,7 +17,7 @@ import pytest
 import requests
 import schemathesis
 import torch
-from conftest import Pairs
+from helpers import Pairs
 from hypothesis import HealthCheck, given, settings
 from hypothesis.strategies import SearchStrategy
 from openapi_core import OpenAPI

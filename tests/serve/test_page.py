@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Pairs, one_thread
+from helpers import Pairs, one_thread
 from serve_helpers import Server, running_server
 
 from nmt_cli import Translator

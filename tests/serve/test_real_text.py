@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import lxml.html
 import pytest
-from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION, Pairs, one_thread
+from helpers import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION, Pairs, one_thread
 from serve_helpers import Server, running_server
 
 from nmt_cli import Translator

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, serving_in_process
 
 from nmt_cli.serving import refusals

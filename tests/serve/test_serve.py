@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env, wait_until
+from helpers import TrainedRun, nmt, nmt_command, one_thread, sentences, subprocess_env, wait_until
 from serve_helpers import Server, running_server, serving_in_process
 
 import nmt_cli

@@ -10,7 +10,7 @@ import concurrent.futures
 from collections.abc import Iterator
 
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, serving_in_process
 
 

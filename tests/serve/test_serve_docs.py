@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Pairs
+from helpers import Pairs
 from serve_helpers import Server, running_server
 
 SERVE_DOC = Path(__file__).resolve().parents[2] / "docs" / "serve.md"

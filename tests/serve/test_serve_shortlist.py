@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Corpus
+from helpers import Corpus
 from serve_helpers import serving_in_process
 
 from nmt_cli import Translator

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from conftest import TrainedRun, sentences
+from helpers import TrainedRun, sentences
 from serve_helpers import running_server
 
 LINES = 1000  # with 200 steps each: seconds of decoding, still going on when both signals come

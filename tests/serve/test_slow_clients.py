@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TrainedRun
+from helpers import TrainedRun
 from serve_helpers import Server, running_server
 
 TIMEOUT_S = 2.0

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import nmt
+from helpers import nmt
 
 from nmt_cli.commands import average
 from nmt_cli.errors import NmtError

@@ -9,7 +9,7 @@ from typing import NoReturn
 import numpy as np
 import pytest
 import torch
-from conftest import VARIANTS, TrainedRun, one_thread, sentences, tiny_model
+from helpers import VARIANTS, TrainedRun, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TrainedRun, one_thread, refused, sentences
+from helpers import TrainedRun, one_thread, refused, sentences
 
 import nmt_cli
 from nmt_cli import Translator

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import VARIANTS, tiny_model
+from helpers import VARIANTS, tiny_model
 
 from nmt_cli.special_ids import BOS_ID, PAD_ID
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt, one_line_error
+from helpers import TrainedRun, nmt, one_line_error
 
 from nmt_cli import Translator, checkpoint
 from nmt_cli.errors import InputError

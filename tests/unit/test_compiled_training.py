@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from torch._dynamo.utils import counters
 
 from nmt_cli.data.batching import collate

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from conftest import VARIANTS, tiny_model
+from helpers import VARIANTS, tiny_model
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batches import translate_batch

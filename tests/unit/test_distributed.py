@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import TINY_MODEL, sets, subprocess_env, wait_until
+from helpers import TINY_MODEL, sets, subprocess_env, wait_until
 
 from nmt_cli.commands import prepare
 from nmt_cli.data import corpus

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from conftest import Corpus, nmt, tiny_model, train_args
+from helpers import Corpus, nmt, tiny_model, train_args
 
 from nmt_cli import checkpoint
 from nmt_cli.data.batching import collate

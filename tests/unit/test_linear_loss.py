@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from helpers import tiny_model
 
 from nmt_cli.data.batching import collate
 from nmt_cli.model import Transformer

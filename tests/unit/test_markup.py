@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import lxml.html
 import pytest
-from conftest import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
+from helpers import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

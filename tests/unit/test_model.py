@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import VARIANTS, tiny_model
+from helpers import VARIANTS, tiny_model
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.model import Transformer

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sentencepiece
-from conftest import nmt
+from helpers import nmt
 
 import nmt_cli.decoding
 from nmt_cli.errors import InputError, NmtError

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import VARIANTS, Corpus, nmt, tiny_model, train_args
+from helpers import VARIANTS, Corpus, nmt, tiny_model, train_args
 
 from nmt_cli.data.batching import collate
 from nmt_cli.model.packing import Packing, packing_supported

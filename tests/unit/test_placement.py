@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TrainedRun, nmt, tiny_model
+from helpers import TrainedRun, nmt, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig

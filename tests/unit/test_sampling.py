@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
+from helpers import Corpus, TrainedRun, nmt, one_thread, sentences, tiny_model
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding import ensemble

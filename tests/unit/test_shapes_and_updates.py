@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from nmt_cli.data.batching import collate, make_batches
 from nmt_cli.data.prefetch import Ahead

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import VARIANTS, tiny_model
+from helpers import VARIANTS, tiny_model
 from test_search import tiny
 from torch import Tensor
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import nmt, subprocess_env, wait_until
+from helpers import nmt, subprocess_env, wait_until
 
 from nmt_cli.commands import average
 from nmt_cli.errors import NmtError, Terminated

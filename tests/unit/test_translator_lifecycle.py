@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TrainedRun, one_thread, subprocess_env, wait_until
+from helpers import TrainedRun, one_thread, subprocess_env, wait_until
 
 from nmt_cli import Translator
 from nmt_cli.decoding.workers import can_fork

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, nmt, train_args
+from helpers import Corpus, nmt, train_args
 from torch.profiler import ProfilerActivity, profile
 
 # The operators behind float(t), int(t), bool(t), t.tolist() of a CUDA tensor, boolean indexing,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from helpers import wait_until
 
 from nmt_cli.decoding.workers import WorkerDied, WorkerPool, can_fork
 
