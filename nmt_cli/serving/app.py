@@ -37,11 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from nmt_cli import __version__
 from nmt_cli.errors import optional_import_failure
-from nmt_cli.serving import libretranslate
 from nmt_cli.serving.keys import ApiKeys
 from nmt_cli.serving.limits import ServeLimits
 from nmt_cli.serving.metrics import Metrics
-from nmt_cli.serving.requests import BadRequest
+from nmt_cli.serving.refusals import Refused
 from nmt_cli.serving.service import Service
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ def create_app(
     from fastapi import FastAPI
     from starlette.exceptions import HTTPException
 
-    from nmt_cli.serving import openapi, routes, translating
+    from nmt_cli.serving import openapi, routes
 
     service = Service.over(models, limits, keys)
     # FastAPI serves the document at OPENAPI (`serving.openapi`), open like /health.
@@ -105,8 +104,7 @@ def create_app(
     app.add_middleware(CountRequests, metrics=service.metrics)
     app.add_exception_handler(HTTPException, routes.http_error)  # 404, 405: JSON too
     app.add_exception_handler(Exception, routes.failed)  # a bug: 500, JSON too
-    for refusal in (BadRequest, libretranslate.Refused, translating.Unanswered):
-        app.add_exception_handler(refusal, routes.refused)
+    app.add_exception_handler(Refused, routes.refused)
     app.include_router(routes.nmt_routes())
     app.include_router(routes.libretranslate_routes())
     app.include_router(routes.status_routes())

@@ -28,8 +28,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from nmt_cli.serving.limits import ServeLimits
+from nmt_cli.serving.refusals import RETRY_AFTER_S
 
-RETRY_AFTER_S = 1
 LINGER_S = 2.0  # how long a refused connection is read and dropped before it is closed
 UNFINISHED = (h11.IDLE, h11.SEND_BODY)  # the client's states before its request is complete
 

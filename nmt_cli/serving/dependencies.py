@@ -5,7 +5,7 @@
 read first (`read_posted`: within the size limit, and only as far as telling JSON from a form and
 nmt's request shape from LibreTranslate's); `keyed_posted` then checks the key, before any field
 is checked, so that a client without a key learns nothing of what else is wrong with its request.
-A refusal is raised as `BadRequest` or `libretranslate.Refused`, which the app answers as
+A refusal is raised as `refusals.Refused`, which the app answers as
 `{"error": "..."}` with their status.
 
 Every dependency is async, even where it awaits nothing: FastAPI runs a plain function in a
@@ -19,7 +19,7 @@ from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
 
 from nmt_cli.serving import libretranslate
-from nmt_cli.serving.requests import BadRequest, json_object
+from nmt_cli.serving.requests import Refused, json_object
 from nmt_cli.serving.service import Service
 
 NMT_KEY_REFUSED = "api_key: missing or not valid; send api_key or Authorization: Bearer KEY"
@@ -46,7 +46,7 @@ def check_key(service: Service, request: Request, given: Any = None, message: st
     if key is None:
         key = request.query_params.get("api_key")
     if not service.keys.allows(key):
-        raise BadRequest(403, message)
+        raise Refused(403, message)
 
 
 async def require_key(request: Request, service: ServiceDep) -> None:
@@ -98,14 +98,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 past `limit` bytes without reading the rest (bounded memory)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"body: {declared} bytes; at most {limit}")
+        raise Refused(413, f"body: {declared} bytes; at most {limit}")
     chunks, size = [], 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise BadRequest(413, f"body: more than {limit} bytes")
+                raise Refused(413, f"body: more than {limit} bytes")
             chunks.append(chunk)
     except ClientDisconnect:  # gone before its body arrived: nothing to queue, no one to answer
-        raise BadRequest(400, "body: the client went away before sending it") from None
+        raise Refused(400, "body: the client went away before sending it") from None
     return b"".join(chunks)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nmt_cli.serving.refusals import BadRequest
+from nmt_cli.serving.refusals import Refused
 
 FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
 FORMATS = ("text", "html")  # what format may be, on nmt's own route too
@@ -43,11 +43,6 @@ NAMES = {
     "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish", "th": "Thai",
     "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
 }  # fmt: skip
-
-
-Refused = BadRequest
-"""A request LibreTranslate's clients should see refused: a status and a message. The class of
-every route's refusals (`refusals.BadRequest`), as every route's are answered alike: {"error": ...}."""
 
 
 @dataclass(frozen=True)

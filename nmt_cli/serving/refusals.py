@@ -9,14 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+RETRY_AFTER_S = 1
+"""The Retry-After of every 503 the server sends (a full queue, a closing server, a dead worker)."""
 
-class BadRequest(Exception):
-    """A request refused before it reaches the model: an HTTP status and a message naming the field."""
 
-    def __init__(self, status: int, message: str) -> None:
+class Refused(Exception):
+    """A request the server does not answer with a translation, on any route: an HTTP status and a
+    message naming the field or the cause, answered as {"error": message}. Refused before it
+    reaches the model (a bad field: 4xx), or unanswered once checked (the queue full or closing, a
+    worker dead: 503, with Retry-After when `retry`; the client gone: 499; decoding failed: 500)."""
+
+    def __init__(self, status: int, message: str, retry: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,11 @@ class Wording:
     """The field of the request's texts."""
     libretranslate: bool
 
-    def refuse(self, refusal: Refusal, **values: Any) -> BadRequest:
+    def refuse(self, refusal: Refusal, **values: Any) -> Refused:
         message = refusal.template.format(texts=self.texts, **values)
         if self.libretranslate:
-            return BadRequest(refusal.libretranslate_status, f"Invalid request: {message}")
-        return BadRequest(refusal.nmt_status, message)
+            return Refused(refusal.libretranslate_status, f"Invalid request: {message}")
+        return Refused(refusal.nmt_status, message)
 
 
 NMT = Wording("text", libretranslate=False)

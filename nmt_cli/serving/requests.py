@@ -1,7 +1,7 @@
 """nmt's own POST /translate request, read and checked before anything reaches a model: its
 JSON body, its lines and its decode settings (by the same rules as `nmt translate`'s options);
 and the language pair (`Served`: its translator and queue) a request is routed to. Anything
-wrong is a `BadRequest` naming the field."""
+wrong is a `Refused` naming the field."""
 
 import json
 from collections.abc import Mapping, Sequence
@@ -15,7 +15,7 @@ from nmt_cli.decoding.settings import SAMPLING_FIELDS, DecodeSettings, Sampling,
 from nmt_cli.errors import InputError, SettingError
 from nmt_cli.serving.libretranslate import FORMATS
 from nmt_cli.serving.limits import ServeLimits
-from nmt_cli.serving.refusals import CONSTRAINTS_SHAPE, NMT, TERMS, BadRequest, Wording
+from nmt_cli.serving.refusals import CONSTRAINTS_SHAPE, NMT, TERMS, Refused, Wording
 from nmt_cli.user_settings import SEARCH_FIELDS, DecodeOverrides
 
 if TYPE_CHECKING:
@@ -58,44 +58,44 @@ class Served:
 
 
 def json_object(body: bytes) -> dict[str, Any]:
-    """The JSON object of a request body; BadRequest naming what is wrong otherwise."""
+    """The JSON object of a request body; Refused naming what is wrong otherwise."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError as err:
-        raise BadRequest(
+        raise Refused(
             400, f"body: not valid JSON ({err.msg}, line {err.lineno} column {err.colno})"
         ) from None
     except UnicodeDecodeError as err:
-        raise BadRequest(400, f"body: not valid UTF-8 (byte {err.start})") from None
+        raise Refused(400, f"body: not valid UTF-8 (byte {err.start})") from None
     except RecursionError:
-        raise BadRequest(400, "body: JSON nested too deeply") from None
+        raise Refused(400, "body: JSON nested too deeply") from None
     except ValueError:  # an integer of more digits than Python converts
-        raise BadRequest(400, "body: a number with too many digits") from None
+        raise Refused(400, "body: a number with too many digits") from None
     if not isinstance(data, dict):
-        raise BadRequest(422, 'body: must be a JSON object such as {"text": ["..."]}')
+        raise Refused(422, 'body: must be a JSON object such as {"text": ["..."]}')
     return data
 
 
 def parse_lines(data: Mapping[str, Any], limits: ServeLimits) -> list[str]:
-    """The lines of nmt's own request shape, checked; BadRequest for anything else."""
+    """The lines of nmt's own request shape, checked; Refused for anything else."""
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise BadRequest(422, f"{unknown[0]}: unknown field; use {', '.join(FIELDS)}")
+        raise Refused(422, f"{unknown[0]}: unknown field; use {', '.join(FIELDS)}")
     text = data.get("text")
     if not isinstance(text, list) or not text or not all(isinstance(line, str) for line in text):
-        raise BadRequest(422, "text: must be a non-empty list of strings")
+        raise Refused(422, "text: must be a non-empty list of strings")
     if len(text) > limits.max_lines:
-        raise BadRequest(422, f"text: {len(text)} lines; at most {limits.max_lines} per request")
+        raise Refused(422, f"text: {len(text)} lines; at most {limits.max_lines} per request")
     for i, line in enumerate(text):
         if len(line) > limits.max_input_chars:
-            raise BadRequest(422, f"text[{i}]: {len(line)} characters; at most {limits.max_input_chars}")
+            raise Refused(422, f"text[{i}]: {len(line)} characters; at most {limits.max_input_chars}")
         try:
             line.encode("utf-8")
         except UnicodeEncodeError:  # JSON allows "\ud800", which no tokenizer can take
-            raise BadRequest(422, f"text[{i}]: not valid Unicode (a lone surrogate)") from None
+            raise Refused(422, f"text[{i}]: not valid Unicode (a lone surrogate)") from None
     for name in ("source", "target", "api_key"):
         if data.get(name) is not None and not isinstance(data[name], str):
-            raise BadRequest(422, f"{name}: must be a string")
+            raise Refused(422, f"{name}: must be a string")
     return [without_nul(line) for line in text]  # before HTML is parsed and sentences are cut
 
 
@@ -113,18 +113,18 @@ def parse_text_options(data: Mapping[str, Any], nbest: int) -> TextOptions:
     """format ("text" or "html"), split_sentences and alignments of nmt's request shape."""
     form = data.get("format", "text")
     if form not in FORMATS:
-        raise BadRequest(422, f"format: {form!r}; use text or html")
+        raise Refused(422, f"format: {form!r}; use text or html")
     for name in ("split_sentences", "alignments"):
         if name in data and not isinstance(data[name], bool):
-            raise BadRequest(422, f"{name}: must be true or false")
+            raise Refused(422, f"{name}: must be true or false")
     options = TextOptions(form == "html", data.get("split_sentences", True), data.get("alignments", False))
     if options.html and (nbest > 1 or options.alignments):
-        raise BadRequest(
+        raise Refused(
             422,
             "format: html answers one translation a text, with its markup; leave out nbest and alignments",
         )
     if options.alignments and nbest > 1:
-        raise BadRequest(422, "alignments: the best translation's; leave out nbest")
+        raise Refused(422, "alignments: the best translation's; leave out nbest")
     return options
 
 
@@ -136,7 +136,7 @@ def parse_settings(data: Mapping[str, Any], limits: ServeLimits, translator: "Tr
         sampling = Sampling.given(data.get("sampling"), *(data.get(name) for name in SAMPLING_FIELDS))
         return translator.settings(search, data.get("nbest"), limits.max_batch_tokens, sampling)
     except SettingError as err:
-        raise BadRequest(422, err.as_field()) from None
+        raise Refused(422, err.as_field()) from None
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def parse_terms(
 def with_glossary(
     data: Mapping[str, Any], settings: DecodeSettings, ordered: str | None = None, wording: Wording = NMT
 ) -> DecodeSettings:
-    """`settings` with the request's "glossary" (and `ordered` field); BadRequest for a bad one."""
+    """`settings` with the request's "glossary" (and `ordered` field); Refused for a bad one."""
     entries = data.get("glossary")
     if entries is not None and not isinstance(entries, dict | list):
         problem = "glossary: an object of source term to target term, or a list of [source, target] pairs"
@@ -209,9 +209,7 @@ def route(
     names = ", ".join(s.name for s in served)
     if not fits:
         return_pair = f"{source or 'any source'} into {target or 'any target'}"
-        raise BadRequest(
-            status, f"source, target: no model translates {return_pair}; this server has {names}"
-        )
-    raise BadRequest(
+        raise Refused(status, f"source, target: no model translates {return_pair}; this server has {names}")
+    raise Refused(
         status, f"source, target: several models fit ({', '.join(s.name for s in fits)}); name both languages"
     )

@@ -4,7 +4,7 @@ request shapes, which reach this app at nmt's POST /translate as LibreTranslate'
 them there), and the server's status (/health, /info, /metrics).
 
 Each route's checks and key run first, as dependencies (`serving.dependencies`); a request refused
-there or here is raised (`BadRequest`, `libretranslate.Refused`, `Unanswered`) and answered by
+there or here, or left unanswered once checked, is raised as `refusals.Refused` and answered by
 `refused` as `{"error": "..."}` with its status; the refusals both shapes share are worded by
 `serving.refusals`. The event loop only checks, queues and awaits (`serving.translating`): the
 texts are read on the service's text lane, and decoded on the batchers' threads."""
@@ -24,9 +24,8 @@ from nmt_cli.decoding.alignment import pharaoh
 from nmt_cli.decoding.texts import Result
 from nmt_cli.serving import libretranslate, page
 from nmt_cli.serving.dependencies import Posted, ServiceDep, keyed_posted, require_key
-from nmt_cli.serving.refusals import LIBRETRANSLATE, NMT
+from nmt_cli.serving.refusals import LIBRETRANSLATE, NMT, Refused
 from nmt_cli.serving.requests import (
-    BadRequest,
     Served,
     TextOptions,
     parse_lines,
@@ -36,7 +35,7 @@ from nmt_cli.serving.requests import (
     route,
 )
 from nmt_cli.serving.service import Service
-from nmt_cli.serving.translating import Unanswered, parse_html, translate_texts
+from nmt_cli.serving.translating import parse_html, translate_texts
 
 log = logging.getLogger("nmt_cli.serving")
 
@@ -196,9 +195,9 @@ async def get_metrics(service: ServiceDep) -> Response:
 async def refused(request: Request, exc: Exception) -> JSONResponse:
     """A request refused by a route or a dependency: its status, and nmt's (and LibreTranslate's)
     error shape."""
-    if not isinstance(exc, BadRequest | libretranslate.Refused | Unanswered):
+    if not isinstance(exc, Refused):
         raise exc
-    return error(exc.status, exc.message, exc.headers if isinstance(exc, Unanswered) else None)
+    return error(exc.status, exc.message, exc.headers)
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -4,7 +4,7 @@ phrases encoded), the units decoded on the pair's queue, then the plan's answers
 joined and the HTML rebuilt). Everything but the awaiting runs
 on the service's text lane (`serving.text_lane`) or the batchers' threads, never on the event
 loop. A refusal is worded by the route that asked (`serving.refusals`); what cannot be answered
-is `Unanswered`."""
+is `Refused`."""
 
 import asyncio
 import dataclasses
@@ -31,25 +31,14 @@ from nmt_cli.serving.refusals import (
     MARKUP_COST,
     TERMS,
     TOO_MANY_UNITS,
+    Refused,
     Wording,
 )
 from nmt_cli.serving.requests import Served, TextOptions
 from nmt_cli.serving.service import Service
 
-RETRY_AFTER_S = 1
 log = logging.getLogger("nmt_cli.serving")
 T = TypeVar("T")
-
-
-class Unanswered(Exception):
-    """A checked request that got no translation: the queue was full or closing, a worker died,
-    the client went away, or decoding failed."""
-
-    def __init__(self, status: int, message: str, retry: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
 
 
 def tags_in(texts: list[str]) -> int:
@@ -126,18 +115,18 @@ def _plan(
 
 
 async def in_lane(request: Request, service: Service, texts: int, tags: int, work: Callable[[], T]) -> T:
-    """`work`'s result from the text lane, awaited; `Unanswered` when the lane is full or the
+    """`work`'s result from the text lane, awaited; `Refused` when the lane is full or the
     client went away (then work not yet begun is dropped)."""
     try:
         future = service.text_lane.submit(texts, tags, work)
     except QueueFull as err:
-        raise Unanswered(503, f"queue: full, {err}; retry later", retry=True) from None
+        raise Refused(503, f"queue: full, {err}; retry later", retry=True) from None
     try:
         result: T = await _unless_gone(request, asyncio.wrap_future(future))
         return result
     except asyncio.CancelledError:
         future.cancel()
-        raise Unanswered(499, "client: went away before the answer") from None
+        raise Refused(499, "client: went away before the answer") from None
 
 
 async def decode(
@@ -148,26 +137,26 @@ async def decode(
     wording: Wording,
 ) -> list[Result]:
     """The lines' hypotheses from `pair`'s queue, awaited (not decoded) on the event loop;
-    `Unanswered` when they cannot be had."""
+    `Refused` when they cannot be had."""
     try:
         future = pair.batcher.submit(lines, settings)
     except QueueFull as err:
-        raise Unanswered(503, f"queue: full, {err}; retry later", retry=True) from None
+        raise Refused(503, f"queue: full, {err}; retry later", retry=True) from None
     except TooLarge as err:  # its texts split into more sentences (or HTML blocks) than --max-queue
         raise wording.refuse(TOO_MANY_UNITS, problem=err) from None
     except Closed as err:
-        raise Unanswered(503, f"server: {err}", retry=True) from None
+        raise Refused(503, f"server: {err}", retry=True) from None
     try:
         results: list[Result] = await _unless_gone(request, asyncio.wrap_future(future))
         return results
     except asyncio.CancelledError:  # the client went away: its lines are not decoded
         future.cancel()
-        raise Unanswered(499, "client: went away before the answer") from None
+        raise Refused(499, "client: went away before the answer") from None
     except WorkerDied as err:  # the next request gets fresh workers
-        raise Unanswered(503, f"server: {err}; retry", retry=True) from None
+        raise Refused(503, f"server: {err}; retry", retry=True) from None
     except Exception as err:
         log.exception("decoding failed")
-        raise Unanswered(500, f"internal error: {type(err).__name__}: {err}") from None
+        raise Refused(500, f"internal error: {type(err).__name__}: {err}") from None
 
 
 async def _unless_gone(request: Request, answer: "asyncio.Future[Any]") -> Any:
