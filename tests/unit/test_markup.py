@@ -5,6 +5,8 @@ aligned words, and any input, malformed too, gives HTML with the same elements a
 
 from __future__ import annotations
 
+from typing import Any
+
 import lxml.html
 import pytest
 from helpers import MASTODON_HASHTAG, MASTODON_LINK, MASTODON_MENTION
@@ -19,10 +21,12 @@ MENTION, HASHTAG, LINK = MASTODON_MENTION, MASTODON_HASHTAG, MASTODON_LINK
 
 
 def upper(texts: list[str]) -> list[tuple[str, Alignment]]:
+    """A stand-in translator: each text upper-cased, word i aligned to word i."""
     return [(t.upper(), tuple((i, i) for i in range(len(t.split())))) for t in texts]
 
 
 def reverse(texts: list[str]) -> list[tuple[str, Alignment]]:
+    """A stand-in translator: the words upper-cased in reverse order, each aligned to where it was."""
     out = []
     for text in texts:
         words = text.split()
@@ -205,26 +209,19 @@ def test_a_long_block_is_written_into_the_tree_once_a_run_not_word_by_word(
     # Each word was appended to the lxml text or tail before it, which copies the whole run each
     # time: a block of 2,000 sentences (125k characters) took 9 s to write back.
     writes: list[str] = []
-    text, tail = lxml.etree.ElementBase.text, lxml.etree.ElementBase.tail
+
+    def counted(attribute: Any) -> property:
+        """lxml's `text` or `tail`, each write to it counted."""
+
+        def write(element: lxml.html.HtmlElement, value: str | None) -> None:
+            writes.append(value or "")
+            attribute.__set__(element, value)
+
+        return property(attribute.__get__, write)
 
     class Counted(lxml.html.HtmlElement):
-        @property
-        def text(self) -> str | None:
-            return text.__get__(self)
-
-        @text.setter
-        def text(self, value: str | None) -> None:
-            writes.append(value or "")
-            text.__set__(self, value)
-
-        @property
-        def tail(self) -> str | None:
-            return tail.__get__(self)
-
-        @tail.setter
-        def tail(self, value: str | None) -> None:
-            writes.append(value or "")
-            tail.__set__(self, value)
+        text = counted(lxml.etree.ElementBase.text)
+        tail = counted(lxml.etree.ElementBase.tail)
 
     parser = lxml.html.HTMLParser()
     parser.set_element_class_lookup(lxml.etree.ElementDefaultClassLookup(element=Counted))

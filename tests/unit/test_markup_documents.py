@@ -8,9 +8,9 @@ import lxml.html
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_markup import upper
 
 from nmt_cli.decoding import html_shape, markup
-from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
 
 PAGE = """<!DOCTYPE html>
@@ -35,10 +35,6 @@ PAGE = """<!DOCTYPE html>
 </body>
 </html>
 """
-
-
-def upper(texts: list[str]) -> list[tuple[str, Alignment]]:
-    return [(t.upper(), tuple((i, i) for i in range(len(t.split())))) for t in texts]
 
 
 def tree(document: str) -> list[tuple[str, int, tuple[tuple[str, str], ...]]]:

@@ -8,22 +8,10 @@ import lxml.html
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_markup import reverse, upper
 
 from nmt_cli.decoding.alignment import Alignment
 from nmt_cli.decoding.markup import translate_fragments
-
-
-def upper(texts: list[str]) -> list[tuple[str, Alignment]]:
-    return [(t.upper(), tuple((i, i) for i in range(len(t.split())))) for t in texts]
-
-
-def reverse(texts: list[str]) -> list[tuple[str, Alignment]]:
-    out = []
-    for text in texts:
-        words = text.split()
-        n = len(words)
-        out.append((" ".join(reversed(words)).upper(), tuple((i, n - 1 - i) for i in range(n))))
-    return out
 
 
 @pytest.mark.parametrize(
