@@ -24,6 +24,15 @@ def tied(weights: dict[str, torch.Tensor]) -> list[list[str]]:
     return sorted(names for names in groups.values() if len(names) > 1)
 
 
+def trained_saving_every(corpus: Corpus, tmp_path: Path, updates: int, every: int) -> tuple[Path, Path]:
+    """A run trained in `tmp_path`/run to `updates`, a numbered checkpoint every `every` updates: its
+    folder and its checkpoints folder."""
+    run = tmp_path / "run"
+    saving = (f"train.max_updates={updates}", f"train.save_every_updates={every}")
+    assert nmt(*train_args(corpus.data, run, *saving)) == 0
+    return run, run / "checkpoints"
+
+
 def test_numbered_checkpoints_hold_the_weights_and_last_the_training_state(trained: TrainedRun) -> None:
     directory = trained.run_dir / "checkpoints"
     last = checkpoint.load(directory / "checkpoint_last.pt")
@@ -119,10 +128,9 @@ def test_a_save_cut_between_the_numbered_and_the_last_checkpoint_is_made_whole(
 def test_a_last_checkpoint_without_the_training_state_is_refused_before_any_change(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "run"
-    assert nmt(*train_args(corpus.data, run, "train.max_updates=2", "train.save_every_updates=1")) == 0
-    last = run / "checkpoints" / "checkpoint_last.pt"
-    last.write_bytes((run / "checkpoints" / "checkpoint_1.pt").read_bytes())  # weights only
+    run, checkpoints = trained_saving_every(corpus, tmp_path, updates=2, every=1)
+    last = checkpoints / "checkpoint_last.pt"
+    last.write_bytes((checkpoints / "checkpoint_1.pt").read_bytes())  # weights only
     metrics = (run / "metrics.jsonl").read_bytes()
     capsys.readouterr()
     assert nmt(*train_args(corpus.data, run, "train.max_updates=4", quiet=False)) == 2
@@ -134,9 +142,7 @@ def test_a_last_checkpoint_without_the_training_state_is_refused_before_any_chan
 def test_a_run_of_an_earlier_nmt_without_its_last_checkpoint_is_told_to_link_the_newest(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "run"
-    assert nmt(*train_args(corpus.data, run, "train.max_updates=2", "train.save_every_updates=2")) == 0
-    checkpoints = run / "checkpoints"
+    run, checkpoints = trained_saving_every(corpus, tmp_path, updates=2, every=2)
     # An earlier nmt's numbered checkpoints held the training state.
     (checkpoints / "checkpoint_2.pt").write_bytes((checkpoints / "checkpoint_last.pt").read_bytes())
     (checkpoints / "checkpoint_last.pt").unlink()

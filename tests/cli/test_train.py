@@ -25,6 +25,7 @@ from helpers import (
     wait_until,
     write_split,
 )
+from test_checkpoint_disk import trained_saving_every
 
 from nmt_cli import checkpoint
 from nmt_cli.data import corpus as corpus_io
@@ -213,9 +214,7 @@ def test_a_finished_run_run_again_stays_finished(
 def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = tmp_path / "run"
-    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=4", "train.save_every_updates=2")) == 0
-    checkpoints = run_dir / "checkpoints"
+    run_dir, checkpoints = trained_saving_every(corpus, tmp_path, updates=4, every=2)
     (checkpoints / "checkpoint_last.pt").unlink()
     kept = {p.name: p.read_bytes() for p in checkpoints.iterdir()}
     capsys.readouterr()
@@ -238,9 +237,7 @@ def test_a_run_without_its_last_checkpoint_is_refused_not_restarted(
 def test_a_damaged_last_checkpoint_says_which_checkpoint_to_train_on_from(
     corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = tmp_path / "run"
-    assert nmt(*train_args(corpus.data, run_dir, "train.max_updates=4", "train.save_every_updates=2")) == 0
-    checkpoints = run_dir / "checkpoints"
+    run_dir, checkpoints = trained_saving_every(corpus, tmp_path, updates=4, every=2)
     last = checkpoints / "checkpoint_last.pt"
     assert not last.samefile(checkpoints / "checkpoint_4.pt")  # the damage leaves update 4's weights
     os.truncate(last, last.stat().st_size // 2)
