@@ -63,6 +63,11 @@ def read_exact_lines(path: Path, expected: int) -> list[str]:
     return text[:-1].split("\n")
 
 
+def translate_args(trained: TrainedRun, source: Path, output: Path, *options: object) -> list[object]:
+    """`nmt translate` of the file `source` into `output` with the trained model on one thread."""
+    return ["translate", "-m", trained.checkpoint, "-i", source, "-o", output, "--threads", 1, *options]
+
+
 def translate_stdin(
     args: list[object],
     text: str,
@@ -89,9 +94,7 @@ def test_file_to_file_keeps_every_line_in_order(
     lines = mixed_lines()
     source, target = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    code = nmt(
-        "-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1, *batching
-    )
+    code = nmt("-q", *translate_args(trained, source, target, *batching))
     assert code == 0
     check_copy(lines, read_exact_lines(target, len(lines)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no partial file left
@@ -306,7 +309,7 @@ def test_an_unwritable_output_fails_in_one_line_and_writes_nothing(
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     for target in targets:
         capsys.readouterr()
-        code = nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1)
+        code = nmt(*translate_args(trained, source, target))
         assert code in (1, 2), target
         line = _one_line_error(capsys.readouterr().err)
         assert line.startswith("nmt: error:") and str(target) in line
@@ -366,20 +369,7 @@ def test_a_failure_keeps_the_finished_buffers_in_a_partial_file(
         target.write_text("the last good output\n", encoding="utf-8")
     seen = fail_after_first_buffer(monkeypatch, error)
     capsys.readouterr()
-    got = nmt(
-        "translate",
-        "-m",
-        trained.checkpoint,
-        "-i",
-        source,
-        "-o",
-        target,
-        "--threads",
-        1,
-        "--buffer-size",
-        4,
-        *options,
-    )
+    got = nmt(*translate_args(trained, source, target, "--buffer-size", 4, *options))
     assert code == got
     line = _one_line_error(capsys.readouterr().err)
     assert len(seen) == 1
@@ -430,9 +420,7 @@ def test_a_full_disk_keeps_the_complete_buffers_and_fails_in_one_line(
     monkeypatch.setattr(FullDisk, "writes", 0)
     monkeypatch.setattr(Path, "open", open_)
     capsys.readouterr()
-    code = nmt(
-        "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1, "--buffer-size", 4
-    )
+    code = nmt(*translate_args(trained, source, target, "--buffer-size", 4))
     assert code == 1  # a runtime failure, as a full disk is for every command
     line = _one_line_error(capsys.readouterr().err)
     assert FullDisk.writes == 2
@@ -448,7 +436,7 @@ def test_min_len_is_an_option_and_a_negative_one_is_refused(trained: TrainedRun,
     src = tmp_path / "in.txt"
     src.write_text("a b c\n\nd e\n", encoding="utf-8")
     out = tmp_path / "out.txt"
-    args = ["-q", "translate", "-m", trained.checkpoint, "-i", src, "-o", out, "--threads", 1]
+    args = ["-q", *translate_args(trained, src, out)]
     assert nmt(*args) == 0
     copied = out.read_text(encoding="utf-8").split("\n")
     assert nmt(*args, "--min-len", 20) == 0  # the copy model must go on past its natural end
@@ -541,19 +529,7 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(
     glossary.write_text("apple\triver\n", encoding="utf-8")
     for output in (source, tmp_path / "link.txt", tmp_path / "hard.txt", trained.checkpoint, glossary):
         capsys.readouterr()
-        code = nmt(
-            "translate",
-            "-m",
-            trained.checkpoint,
-            "-i",
-            source,
-            "-o",
-            output,
-            "--glossary",
-            glossary,
-            "--threads",
-            1,
-        )
+        code = nmt(*translate_args(trained, source, output, "--glossary", glossary))
         assert code == 2, output
         line = _one_line_error(capsys.readouterr().err)
         assert "is an input of this command" in line and str(output) in line
@@ -582,7 +558,7 @@ def test_an_output_name_near_the_length_limit_is_written(trained: TrainedRun, tm
     # OUT.partial would pass the 255 bytes of a file name: its name is cut (with a hash) instead.
     source, target = tmp_path / "in.txt", tmp_path / ("é" * 124 + ".txt")  # 252 bytes
     source.write_text("apple river\n", encoding="utf-8")
-    assert nmt("-q", "translate", "-m", trained.checkpoint, "-i", source, "-o", target, "--threads", 1) == 0
+    assert nmt("-q", *translate_args(trained, source, target)) == 0
     assert target.read_text(encoding="utf-8").count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", target.name])
 
@@ -622,7 +598,7 @@ def test_a_file_that_is_not_utf8_text_is_translated_with_one_warning(
     source, out = tmp_path / "utf16.txt", tmp_path / "out.txt"
     source.write_bytes("apple river\nstone\ngreen\n".encode("utf-16"))  # NUL bytes on every line
     capsys.readouterr()
-    assert nmt("translate", "-m", trained.checkpoint, "-i", source, "-o", out, "--threads", 1) == 0
+    assert nmt(*translate_args(trained, source, out)) == 0
     err = capsys.readouterr().err
     assert err.count("not UTF-8 text") == 1 and f"{source}:1: " in err and "UTF-16" in err
     # Still a line a line: three, and the NUL after the last newline is a fourth.
@@ -642,22 +618,13 @@ def test_progress_goes_to_a_terminals_stderr_but_not_with_quiet(
 
     source, out = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("\n".join(sentences(30, seed=5)), encoding="utf-8")  # no newline after the last
-    args = [
-        *(["-q"] if quiet == "before" else []),
-        "translate",
-        "-m",
-        trained.checkpoint,
-        "-i",
-        source,
-        "-o",
-        out,
-    ]
+    args = [*(["-q"] if quiet == "before" else []), *translate_args(trained, source, out)]
     args += ["--quiet"] if quiet == "after" else []  # as the subcommand's own option too
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 0 columns: no bar
     try:
         done = subprocess.run(
-            nmt_command(*args, "--threads", 1, "--buffer-size", 4),
+            nmt_command(*args, "--buffer-size", 4),
             stdout=subprocess.DEVNULL, stderr=terminal, env=subprocess_env(), timeout=120,
         )  # fmt: skip
         os.close(terminal)
