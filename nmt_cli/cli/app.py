@@ -7,7 +7,6 @@ so that `nmt --help` does not load torch. `cli.main` runs the app and words its 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -39,22 +38,26 @@ app = typer.Typer(
 
 def built_from() -> str | None:
     """The git commit nmt was built from (nmt_cli/COMMIT, which the build writes), or the
-    checkout's HEAD when run from a git checkout; None when neither says."""
+    checkout's HEAD when run from a git checkout (read from .git, no git run); None when neither
+    says."""
     package = Path(__file__).resolve().parents[1]
     recorded = package / "COMMIT"
     if recorded.is_file():
         return recorded.read_text(encoding="utf-8").strip() or None
-    if not (package.parent / ".git").exists():
-        return None
+    git = package.parent / ".git"
     try:
-        done = subprocess.run(
-            ["git", "-C", str(package.parent), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-        )
-    except OSError:  # no git here
+        head = (git / "HEAD").read_text(encoding="utf-8").strip()
+        if head.startswith("ref: "):
+            ref = head[len("ref: ") :]
+            loose = git / ref
+            if loose.is_file():
+                head = loose.read_text(encoding="utf-8").strip()
+            else:  # a packed ref: "<hash> <ref>" lines
+                packed = (git / "packed-refs").read_text(encoding="utf-8").splitlines()
+                head = next((line.split()[0] for line in packed if line.endswith(" " + ref)), "")
+    except OSError:  # not a checkout (or a worktree's .git file): nothing to say
         return None
-    return done.stdout.strip() or None
+    return head[:12] or None
 
 
 def _version(value: bool) -> None:

@@ -21,7 +21,7 @@ def test_version_names_the_package_version_and_the_checkouts_commit() -> None:
     recorded = ROOT / "nmt_cli" / "COMMIT"
     if recorded.is_file():
         expected: str | None = recorded.read_text().strip()
-    elif (ROOT / ".git").exists() and shutil.which("git"):
+    elif (ROOT / ".git").is_dir() and shutil.which("git"):  # a checkout (a worktree's .git is a file)
         head = ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]
         expected = subprocess.run(head, capture_output=True, text=True, check=True).stdout.strip()
     else:
