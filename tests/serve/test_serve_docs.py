@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import Pairs
 from serve_helpers import Server, running_server
@@ -42,3 +43,17 @@ def test_the_documented_clients_translate_against_a_server_without_keys(server: 
             lines[i] = f"results.append({line})"
     exec("\n".join(lines), {"results": results})  # noqa: S102 - the documentation's own code
     assert len(results) == 2 and all(isinstance(text, str) and text for text in results)
+
+
+def test_the_documented_openapi_command_fetches_the_document(server: Server) -> None:
+    """The OpenAPI section's curl line, its URL asked of a running server: an OpenAPI document
+    of the routes it names."""
+    text = SERVE_DOC.read_text(encoding="utf-8")
+    section = text[text.index("## OpenAPI") :]
+    found = re.search(r"curl -s (http://localhost:8080(/\S+))", section)
+    assert found, "docs/serve.md's OpenAPI section shows a curl command"
+    answer = httpx.get(server.url + found.group(2), timeout=30)
+    assert answer.status_code == 200
+    document = answer.json()
+    assert document["openapi"].startswith("3.")
+    assert {"/translate", "/languages", "/detect"} <= set(document["paths"])
