@@ -28,12 +28,15 @@ def tiny(seed: int = 0, **variant: object) -> Transformer:
     return model
 
 
-def sources(rows: int = 6, length: int = 7) -> torch.Tensor:
+def sources(rows: int = 6, length: int = 7, padded: bool = True) -> torch.Tensor:
+    """`rows` random sentences of `length` pieces, </s> last; where `padded`, the second ends at
+    piece 3 and is padded after it."""
     g = torch.Generator().manual_seed(3)
     src = torch.randint(4, VOCAB, (rows, length), generator=g)
     src[:, -1] = EOS_ID
-    src[1, 4:] = PAD_ID
-    src[1, 3] = EOS_ID
+    if padded:
+        src[1, 4:] = PAD_ID
+        src[1, 3] = EOS_ID
     return src
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TrainedRun, nmt, tiny_model
+from helpers import TrainedRun, nmt
+from test_constraints import VOCAB, tiny
+from test_constraints import sources as constraint_sources
 
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
@@ -22,25 +24,14 @@ from nmt_cli.decoding.search import beam_search
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.strategies import ConstrainedBeam
 from nmt_cli.decoding.terms import Constrained, Vocabulary, anchors_of, constrained_lines
-from nmt_cli.model import Transformer
 from nmt_cli.special_ids import EOS_ID, PAD_ID
 
-VOCAB = 30
 CPU = torch.device("cpu")
 
 
-def tiny() -> Transformer:
-    model = tiny_model(VOCAB, 0)
-    with torch.no_grad():  # sharp distributions, so that a phrase goes against the model
-        model.tgt_embed.tokens.weight.mul_(8.0)
-    return model
-
-
-def sources(rows: int = 4, length: int = 7) -> torch.Tensor:
-    g = torch.Generator().manual_seed(3)
-    src = torch.randint(4, VOCAB, (rows, length), generator=g)
-    src[:, -1] = EOS_ID
-    return src
+def sources() -> torch.Tensor:
+    """Four sentences of seven pieces, none padded."""
+    return constraint_sources(rows=4, padded=False)
 
 
 def starts(tokens: list[int], phrase: list[int]) -> list[int]:
