@@ -19,7 +19,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from gpu_helpers import BASE, TINY, Figures, checks, combine, model_of, pinned, sync, train_model, wmt_batch
+from gpu_helpers import (
+    BASE,
+    TINY,
+    Figures,
+    checks,
+    combine,
+    in_fused_adam,
+    model_of,
+    pinned,
+    sync,
+    train_model,
+    wmt_batch,
+)
 
 from nmt_cli import checkpoint
 from nmt_cli.config import DecodeConfig, ModelConfig
@@ -165,20 +177,11 @@ def _cpu_syncs(updates: Any, pending: Pending) -> Figures:
     names = ("aten::item", "aten::nonzero", "aten::is_nonzero", "aten::equal")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         updates()
-    count = sum(e.name in names and not _in_fused_adam(e) for e in prof.events())
+    count = sum(e.name in names and not in_fused_adam(e) for e in prof.events())
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         pending.settle()
     at_log = sum(e.name in names for e in prof.events())
     return {"in_updates": count, "at_log": at_log, "others": [], "sites": []}
-
-
-def _in_fused_adam(event: Any) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name == "aten::_fused_adam_":
-            return True
-        parent = parent.cpu_parent
-    return False
 
 
 # --- the real CLI, in child processes ------------------------------------------------------------

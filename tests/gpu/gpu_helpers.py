@@ -1,6 +1,7 @@
 """What the GPU tests and bench/gpu_check.py, bench/gpu_paths.py and bench/gpu_run.py share: the
-model sizes, WMT-shaped random batches, a model and optimizer set up as training sets them up, and
-the {"ok", "error"} figures of a check. Plain torch, no pytest: the bench scripts import it too
+model sizes, WMT-shaped random batches, a model and optimizer set up as training sets them up, the
+{"ok", "error"} figures of a check, and which profiled reads are fused Adam's own (which
+tests/unit/test_update_syncs.py needs too). Plain torch, no pytest: the bench scripts import it too
 (on a GPU machine they may run with a python that has no pytest)."""
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ def pinned(batch: dict[str, Any], device: torch.device = DEVICE) -> dict[str, An
 def sync(device: torch.device = DEVICE) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def in_fused_adam(event: Any) -> bool:
+    """Whether a profiler `event` runs inside Adam's fused kernel: on CPU it reads each parameter's
+    step count on the host, where it lies; the CUDA kernel reads it on the device."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == "aten::_fused_adam_":
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def model_of(cfg: ModelConfig, seed: int = 0, device: torch.device = DEVICE) -> Transformer:

@@ -6,12 +6,16 @@ log records."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers import Corpus, nmt, train_args
 from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))  # the GPU tests' helpers
+from gpu_helpers import in_fused_adam  # noqa: E402
 
 # The operators behind float(t), int(t), bool(t), t.tolist() of a CUDA tensor, boolean indexing,
 # torch.equal: each makes the host wait for the device.
@@ -33,17 +37,6 @@ def syncs(corpus: Corpus, run_dir: Path, updates: int, precision: str, *override
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         assert nmt(*args) == 0
     return Counter(e.name for e in prof.events() if e.name in SYNCING and not in_fused_adam(e))
-
-
-def in_fused_adam(event) -> bool:
-    """Whether `event` runs inside Adam's fused kernel: on CPU it reads each parameter's step
-    count on the host, where it lies; the CUDA kernel reads it on the device."""
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name == "aten::_fused_adam_":
-            return True
-        parent = parent.cpu_parent
-    return False
 
 
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])  # 3 s each
