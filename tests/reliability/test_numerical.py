@@ -45,21 +45,22 @@ def all_finite(path: Path) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in model.values() if t.is_floating_point())
 
 
+def run_args(
+    corpus: Corpus, run_dir: Path, *settings: str, save_every: int, log_every: int, quiet: bool = True
+) -> list[str]:
+    """`nmt train` into `run_dir` with `settings`, without validation, saving every `save_every`
+    updates and logging every `log_every`."""
+    save, log = f"train.save_every_updates={save_every}", f"train.log_every_updates={log_every}"
+    return train_args(corpus.data, run_dir, *settings, save, "train.valid_every_updates=0", log, quiet=quiet)
+
+
 def test_faulty_updates_are_skipped_and_logged(
     corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     faults = {3: "nan loss", 6: "inf loss", 9: "nan gradient"}
     inject(monkeypatch, faults.get)
     run_dir = tmp_path / "run"
-    args = train_args(
-        corpus.data,
-        run_dir,
-        "train.max_updates=10",
-        "train.save_every_updates=5",
-        "train.valid_every_updates=0",
-        "train.log_every_updates=1",
-        quiet=False,
-    )
+    args = run_args(corpus, run_dir, "train.max_updates=10", save_every=5, log_every=1, quiet=False)
     capsys.readouterr()
     assert nmt(*args) == 0
     err = capsys.readouterr().err
@@ -88,14 +89,7 @@ def test_a_skip_inside_a_log_window_is_counted_when_the_window_is_read(
     queued update counts as stepped, and the count is exact at every record and checkpoint."""
     inject(monkeypatch, {3: "nan loss", 9: "nan gradient"}.get)
     run_dir = tmp_path / "run"
-    args = train_args(
-        corpus.data,
-        run_dir,
-        "train.max_updates=10",
-        "train.save_every_updates=4",
-        "train.valid_every_updates=0",
-        "train.log_every_updates=5",
-    )
+    args = run_args(corpus, run_dir, "train.max_updates=10", save_every=4, log_every=5)
     assert nmt(*args) == 0
     records = MetricsLog(run_dir / "metrics.jsonl").read()
     assert [r["update"] for r in records if r["type"] == "skip"] == [2, 7]
@@ -118,14 +112,7 @@ def test_a_run_that_keeps_diverging_stops_and_keeps_the_last_good_checkpoint(
     good = 4
     inject(monkeypatch, lambda n: "nan loss" if n > good else None)
     run_dir = tmp_path / "run"
-    args = train_args(
-        corpus.data,
-        run_dir,
-        "train.max_updates=100",
-        "train.save_every_updates=2",
-        "train.valid_every_updates=0",
-        "train.log_every_updates=1",
-    )
+    args = run_args(corpus, run_dir, "train.max_updates=100", save_every=2, log_every=1)
     ckpts = run_dir / "checkpoints"
     capsys.readouterr()
     assert nmt(*args) == 1
@@ -163,13 +150,7 @@ def test_a_skip_past_the_checkpoint_is_logged_once_when_a_killed_run_redoes_it(
     # batch first (call 8 of the two sessions) and skips it again: one record of it, not two.
     inject(monkeypatch, {5: "nan loss", 8: "nan loss"}.get)
     run_dir = tmp_path / "run"
-    args = train_args(
-        corpus.data,
-        run_dir,
-        "train.save_every_updates=4",
-        "train.valid_every_updates=0",
-        "train.log_every_updates=1",
-    )
+    args = run_args(corpus, run_dir, save_every=4, log_every=1)
     assert nmt(*args, "--set", "train.max_updates=4") == 0
     ckpts = run_dir / "checkpoints"
     at_4 = (ckpts / "checkpoint_last.pt").read_bytes()
