@@ -90,28 +90,24 @@ def test_what_is_not_a_tensor_or_a_sensible_size_is_refused_naming_it(
 
 
 @pytest.mark.parametrize(
-    ("fault", "words"),
+    ("number", "line", "words"),
     [
-        ("a byte that is not UTF-8", "dict.en.txt:7: not UTF-8 (byte 0xff)"),
-        ("a symbol twice", "dict.en.txt:12: the symbol '▁und' again (first on line 10)"),
-        ("<unk> in the file", "dict.en.txt:3: the symbol '<unk>' again (first among fairseq's specials)"),
+        (7, b"\xff, 12905\n", "dict.en.txt:7: not UTF-8 (byte 0xff)"),
+        (12, "▁und 8930\n".encode(), "dict.en.txt:12: the symbol '▁und' again (first on line 10)"),
+        (3, b"<unk> 1\n", "dict.en.txt:3: the symbol '<unk>' again (first among fairseq's specials)"),
     ],
+    ids=["a byte that is not UTF-8", "a symbol twice", "<unk> in the file"],
 )
 def test_a_dictionary_at_fault_is_named_with_its_line(
-    fault: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    number: int, line: bytes, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = copied(FAIRSEQ, tmp_path)
     lines = (source / "dict.en.txt").read_bytes().splitlines(keepends=True)
-    assert lines[9].startswith("▁und ".encode())
-    if fault == "a byte that is not UTF-8":
-        lines[6] = b"\xff" + lines[6]
-    elif fault == "a symbol twice":
-        lines[11] = lines[9]
-    else:
-        lines[2] = b"<unk> 1\n"
+    assert lines[6] == b", 12905\n" and lines[9] == "▁und 8930\n".encode()  # what the faults change or copy
+    lines[number - 1] = line
     (source / "dict.en.txt").write_bytes(b"".join(lines))
-    line = refused(capsys, "import", source / "checkpoint.pt", "-o", tmp_path / "out.pt")
-    assert words in line and "checkpoint.pt" not in line, line
+    refusal = refused(capsys, "import", source / "checkpoint.pt", "-o", tmp_path / "out.pt")
+    assert words in refusal and "checkpoint.pt" not in refusal, refusal
 
 
 def test_a_source_the_system_cannot_look_up_is_one_line(
