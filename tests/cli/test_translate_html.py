@@ -21,8 +21,8 @@ PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>apple river</title>
 <link rel="stylesheet" href="site.css">
+<title>apple river</title>
 </head>
 <body class="page">
 <h1 id="top">green <em>music</em></h1>
