@@ -175,14 +175,20 @@ def test_transformers_loads_the_export_record_without_a_warning(
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.text
 
 
-@pytest.mark.parametrize("separate_vocabs", [False, True], ids=["joint", "separate"])
-def test_an_imported_marian_model_exports_back_to_its_tensors(separate_vocabs: bool, tmp_path: Path) -> None:
+def imported_and_exported_back(tmp_path: Path, separate_vocabs: bool) -> tuple[Path, Path, dict, dict]:
+    """A tiny Hugging Face Marian model imported by nmt and exported again: its folder, the
+    export's, and the weights of each (theirs, ours)."""
     folder = marian_dir(tmp_path, "gelu" if separate_vocabs else "swish", separate_vocabs, seed=3)
     imported, out = tmp_path / "imported.pt", tmp_path / "hf"
     assert nmt("-q", "import", folder, "-o", imported) == 0
     export_hf(imported, out)
     theirs = safetensors_torch.load_file(str(folder / "model.safetensors"))
-    ours = safetensors_torch.load_file(str(out / "model.safetensors"))
+    return folder, out, theirs, safetensors_torch.load_file(str(out / "model.safetensors"))
+
+
+@pytest.mark.parametrize("separate_vocabs", [False, True], ids=["joint", "separate"])
+def test_an_imported_marian_model_exports_back_to_its_tensors(separate_vocabs: bool, tmp_path: Path) -> None:
+    folder, out, theirs, ours = imported_and_exported_back(tmp_path, separate_vocabs)
 
     def ids(name: str) -> dict[str, int]:
         return json.loads((folder / name).read_text(encoding="utf-8"))
@@ -222,12 +228,7 @@ def test_an_imported_marian_model_exports_back_to_its_tensors(separate_vocabs: b
 def test_an_imported_marian_model_exports_back_to_the_same_tensors(
     separate_vocabs: bool, tmp_path: Path
 ) -> None:
-    folder = marian_dir(tmp_path, "gelu" if separate_vocabs else "swish", separate_vocabs, seed=3)
-    imported, out = tmp_path / "imported.pt", tmp_path / "hf"
-    assert nmt("-q", "import", folder, "-o", imported) == 0
-    export_hf(imported, out)
-    theirs = safetensors_torch.load_file(str(folder / "model.safetensors"))
-    ours = safetensors_torch.load_file(str(out / "model.safetensors"))
+    folder, out, theirs, ours = imported_and_exported_back(tmp_path, separate_vocabs)
     # The import records the files' row order, the export restores it: the same tensors, the
     # same id tables and the same special ids (nmt's own <s> and rows it added are left out again).
     assert ours.keys() == theirs.keys()
