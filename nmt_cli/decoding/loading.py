@@ -88,10 +88,7 @@ def load_models(
 
 
 def load_model_groups(
-    paths: list[Path],
-    device: torch.device,
-    precision: str,
-    overrides: DecodeOverrides = DecodeOverrides(),
+    paths: list[Path], device: torch.device, precision: str, overrides: DecodeOverrides = DecodeOverrides()
 ) -> list[tuple[Loaded, list[Path]]]:
     """One ensemble per language pair that the checkpoints record, with its checkpoints, in the
     order of first appearance; checkpoints of the same pair form an ensemble. Checkpoints that

@@ -196,10 +196,7 @@ def load_translator(
 
 
 def load_translators(
-    paths: list[Path],
-    device: torch.device,
-    precision: str,
-    overrides: DecodeOverrides = DecodeOverrides(),
+    paths: list[Path], device: torch.device, precision: str, overrides: DecodeOverrides = DecodeOverrides()
 ) -> list[tuple[Translator, list[Path]]]:
     """One translator per language pair the checkpoints record, with its checkpoints
     (`loading.load_model_groups`)."""
