@@ -29,6 +29,8 @@ def checkout_commit() -> str | None:
 class BuildPy(build_py):
     def run(self) -> None:
         super().run()
+        if self.editable_mode:  # `pip install -e`: nmt runs from the checkout and reads .git itself
+            return
         target = Path(self.build_lib) / "nmt_cli" / "COMMIT"
         commit = checkout_commit()
         if commit:
