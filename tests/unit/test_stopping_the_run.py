@@ -72,6 +72,7 @@ def test_a_stop_raised_without_a_signal_is_not_passed_on(
     assert got == []
 
 
+@pytest.mark.slow  # a test run of its own each (pytest and torch start again): about 7 s
 @pytest.mark.parametrize("trained_like", [False, True], ids=["command", "training"])
 def test_kill_term_stops_a_test_run_inside_a_command(trained_like: bool, tmp_path: Path) -> None:
     child = Path(__file__).with_name("stopped_run.py")  # not test_*: only this test runs it
