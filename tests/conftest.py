@@ -9,9 +9,11 @@ to over 95% exact match in a few seconds on one CPU thread. Nothing here reads .
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,42 +97,69 @@ def signal_handlers_kept() -> Iterator[None]:
         pytest.fail(f"signal handlers left installed by this test: {changed}")
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    """The copy task, prepared with `nmt prepare` (joint BPE of 100 pieces, no byte fallback)."""
-    root = tmp_path_factory.mktemp("corpus")
+def made_once(
+    request: pytest.FixtureRequest, factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
+) -> Path:
+    """The folder `name`, made by `make` once for the whole test run and then only read: the test
+    processes of pytest-xdist share the parent of their temporary folders, and one waits while
+    another makes it (the session's models took about 20 s to train in each process)."""
+    root = factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # a pytest-xdist worker
+        root = root.parent
+    folder, made = root / name, root / f"{name}.made"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # left by a process that failed making it
+            folder.mkdir()
+            make(folder)
+            made.touch()
+    return folder
+
+
+TEST_SPLITS = {"train": (2000, 0), "valid": (40, 1), "test": (100, 2)}
+
+
+def _prepare_corpus(root: Path) -> None:
     raw = root / "raw"
     raw.mkdir()
-    splits = {
-        "train": sentences(2000, seed=0),
-        "valid": sentences(40, seed=1),
-        "test": sentences(100, seed=2),
-    }
-    for name, lines in splits.items():
+    for name, (count, seed) in TEST_SPLITS.items():
+        lines = sentences(count, seed=seed)
         write_split(raw / name, lines, lines)
-    data = root / "data"
-    code = nmt(*prepare_args(data, raw / "train", valid=raw / "valid"), "--test", raw / "test")
+    code = nmt(*prepare_args(root / "data", raw / "train", valid=raw / "valid"), "--test", raw / "test")
     assert code == 0
-    return Corpus(raw, data, splits["test"], splits["test"])
 
 
 @pytest.fixture(scope="session")
-def trained(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """The copy task, prepared with `nmt prepare` (joint BPE of 100 pieces, no byte fallback)."""
+    root = made_once(request, tmp_path_factory, "corpus", _prepare_corpus)
+    test = sentences(*TEST_SPLITS["test"])
+    return Corpus(root / "raw", root / "data", test, test)
+
+
+@pytest.fixture(scope="session")
+def trained(
+    corpus: Corpus, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> TrainedRun:
     """The tiny model trained on the copy task for 1200 updates (about ten seconds), validating and
     saving every 300 updates, so the run has numbered checkpoints, metrics and a config."""
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    args = train_args(
-        corpus.data,
-        run_dir,
-        "model.dropout=0.0",
-        f"train.max_updates={TRAINED_UPDATES}",
-        f"train.save_every_updates={TRAINED_SAVE_EVERY}",
-        f"train.valid_every_updates={TRAINED_SAVE_EVERY}",
-        "train.log_every_updates=50",
-        "train.keep_last=10",
-        "decode.beam=4",
-    )
-    assert nmt(*args) == 0
+
+    def train(root: Path) -> None:
+        args = train_args(
+            corpus.data,
+            root / "run",
+            "model.dropout=0.0",
+            f"train.max_updates={TRAINED_UPDATES}",
+            f"train.save_every_updates={TRAINED_SAVE_EVERY}",
+            f"train.valid_every_updates={TRAINED_SAVE_EVERY}",
+            "train.log_every_updates=50",
+            "train.keep_last=10",
+            "decode.beam=4",
+        )
+        assert nmt(*args) == 0
+
+    run_dir = made_once(request, tmp_path_factory, "trained", train) / "run"
     return TrainedRun(
         run_dir, run_dir / "checkpoints" / "checkpoint_last.pt", TRAINED_UPDATES, TRAINED_SAVE_EVERY
     )
@@ -148,10 +177,7 @@ def listed(trained: TrainedRun, corpus: Corpus, tmp_path_factory: pytest.TempPat
     return out
 
 
-@pytest.fixture(scope="session")
-def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
-    root = tmp_path_factory.mktemp("pairs")
-    made = {}
+def _train_pairs(root: Path) -> None:
     for src, tgt, flip in (("en", "de", False), ("de", "en", True)):
         raw = root / f"raw_{src}{tgt}"
         raw.mkdir()
@@ -166,8 +192,14 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
         assert nmt(*prepare, "--tgt", tgt, "--out", data, "--vocab-size", 100, "--no-byte-fallback") == 0
         run = root / f"run_{src}{tgt}"
         assert nmt(*train_args(data, run, "model.dropout=0.0", "train.max_updates=400")) == 0
-        made[src + tgt] = run / "checkpoints" / "checkpoint_last.pt"
-    return Pairs(made["ende"], made["deen"])
+
+
+@pytest.fixture(scope="session")
+def pairs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pairs:
+    """Two tiny language pairs, en-de (the copy task) and de-en (the words reversed)."""
+    root = made_once(request, tmp_path_factory, "pairs", _train_pairs)
+    last = Path("checkpoints") / "checkpoint_last.pt"
+    return Pairs(root / "run_ende" / last, root / "run_deen" / last)
 
 
 @pytest.fixture(scope="module")

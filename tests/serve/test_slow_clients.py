@@ -197,6 +197,7 @@ def test_a_kept_alive_connection_is_timed_per_request(server: Server) -> None:
             time.sleep(TIMEOUT_S * 0.6)  # under uvicorn's 5 s keep-alive
 
 
+@pytest.mark.slow  # waits out a send timeout and a stopping server: about 5 s
 def test_a_client_that_stops_reading_is_dropped_and_cannot_hold_a_stopping_server(
     trained: TrainedRun,
 ) -> None:
