@@ -4,9 +4,9 @@ docs/training.md's "TensorBoard" (a training run whose curves are read back with
 reader). Each runs in a scratch directory laid out with the files the section names:
 `run/checkpoints/checkpoint_best.pt` is conftest's trained copy-task model, `data/en_de` the
 prepared copy task, `recipes` this checkout's. `nmt train` gets the tests' tiny model and a few
-updates after its own options. A line that cannot run here (an install, a server, the Hub) is in
-NOT_RUN with the reason; any other line that is not an `nmt` command fails the test, and so does
-a NOT_RUN line the docs no longer have."""
+updates after its own options. A line that cannot run here (an install, a server, the Hub) is
+listed in SECTIONS with the reason; any other line that is not an `nmt` command fails the test,
+and so does a listed line the docs no longer have."""
 
 from __future__ import annotations
 
@@ -20,11 +20,16 @@ from helpers import FAST_TRAIN, TINY_MODEL, Corpus, TrainedRun, nmt, sets
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NOT_RUN = {
-    'pip install "nmt-cli[tensorboard]"': "installs; the tests run with the dev extras",
-    "tensorboard --logdir runs/tb": "a web server that runs until stopped",
-    "hf auth login": "the Hugging Face Hub is online",
-    "hf upload your-name/my-model my-model .": "the Hugging Face Hub is online",
+# The sections run here, with the lines of each that do not run and why (in the docs' order).
+SECTIONS = {
+    ("export.md", "## Hugging Face Marian"): {
+        "hf auth login": "the Hugging Face Hub is online",
+        "hf upload your-name/my-model my-model .": "the Hugging Face Hub is online",
+    },
+    ("training.md", "### TensorBoard"): {
+        'pip install "nmt-cli[tensorboard]"': "installs; the tests run with the dev extras",
+        "tensorboard --logdir runs/tb": "a web server that runs until stopped",
+    },
 }
 
 EXTRAS = {
@@ -78,18 +83,20 @@ def command_lines(text: str) -> list[str]:
     return found
 
 
-def run_section(text: str) -> list[str]:
-    """Run the section's `nmt` lines in this process (cwd: the scratch directory); the lines it
-    leaves to NOT_RUN are returned."""
+def run_section(doc: str, heading: str) -> str:
+    """Run the section's `nmt` lines in this process (cwd: the scratch directory); every other
+    line must be one SECTIONS leaves out, and each of those must still be there. Returns the text."""
+    text, not_run = section(doc, heading), SECTIONS[doc, heading]
     skipped = []
     for line in command_lines(text):
-        if line in NOT_RUN:
+        if line in not_run:
             skipped.append(line)
             continue
         argv = shlex.split(line)
-        assert argv[0] == "nmt", f"a docs line neither run nor in NOT_RUN: {line}"
+        assert argv[0] == "nmt", f"a line of {doc} neither run nor listed in SECTIONS: {line}"
         assert nmt(*argv[1:], *EXTRAS.get(argv[1], [])) == 0, line
-    return skipped
+    assert skipped == list(not_run), f"SECTIONS lists lines that {doc} no longer has"
+    return text
 
 
 def test_the_hugging_face_marian_section_runs(
@@ -97,12 +104,10 @@ def test_the_hugging_face_marian_section_runs(
 ) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("safetensors")
-    text = section("export.md", "## Hugging Face Marian")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "checkpoints" / "checkpoint_best.pt").symlink_to(trained.checkpoint)
     monkeypatch.chdir(tmp_path)
-    skipped = run_section(text)
-    assert skipped == ["hf auth login", "hf upload your-name/my-model my-model ."]
+    text = run_section("export.md", "## Hugging Face Marian")
 
     [program] = blocks(text, "python")
     done = subprocess.run(
@@ -117,22 +122,14 @@ def test_the_tensorboard_section_runs(
     corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    text = section("training.md", "### TensorBoard")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "en_de").symlink_to(corpus.data)
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")
     monkeypatch.chdir(tmp_path)
-    skipped = run_section(text)
-    assert skipped == ['pip install "nmt-cli[tensorboard]"', "tensorboard --logdir runs/tb"]
+    run_section("training.md", "### TensorBoard")
 
     reader = event_accumulator.EventAccumulator(str(tmp_path / "runs" / "tb" / "base"))
     reader.Reload()
     steps = {tag: [e.step for e in reader.Scalars(tag)] for tag in reader.Tags()["scalars"]}
     assert steps["train/loss"] == [5, 10, 15, 20]
     assert steps["valid/loss"] == [10, 20]
-
-
-def test_every_line_left_unrun_is_still_in_the_docs() -> None:
-    lines = command_lines(section("export.md", "## Hugging Face Marian"))
-    lines += command_lines(section("training.md", "### TensorBoard"))
-    assert set(NOT_RUN) <= set(lines)

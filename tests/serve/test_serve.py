@@ -402,8 +402,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow  # a server of its own whose processes are killed or raced: 4-7 s
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def kills_workers(test: Callable[..., None]) -> Callable[..., None]:
+    """A test whose server's worker processes are killed, found through /proc: a server of its
+    own each (4-7 s), so in the slow tier."""
+    test = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")(test)
+    return pytest.mark.slow(test)
+
+
+@kills_workers
 def test_a_dead_worker_costs_no_request_and_the_port_closes_with_the_server(trained: TrainedRun) -> None:
     with running_server(trained.checkpoint, "--workers", 2) as server:
         workers = children(server.process.pid)
@@ -431,8 +437,7 @@ def test_a_dead_worker_costs_no_request_and_the_port_closes_with_the_server(trai
         socket.create_connection((host, int(port)), timeout=5)
 
 
-@pytest.mark.slow  # a server of its own whose processes are killed or raced: 4-7 s
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+@kills_workers
 def test_workers_die_with_a_killed_server(trained: TrainedRun) -> None:
     with running_server(trained.checkpoint, "--workers", 2) as server:
         workers = children(server.process.pid)
@@ -445,7 +450,7 @@ def test_workers_die_with_a_killed_server(trained: TrainedRun) -> None:
     assert not any(alive(pid) for pid in workers)  # no orphans left decoding nothing
 
 
-@pytest.mark.slow  # a server of its own whose processes are killed or raced: 4-7 s
+@pytest.mark.slow  # two servers of their own racing for a port: about 7 s
 def test_two_servers_started_at_once_on_one_port_one_serves_one_refuses(trained: TrainedRun) -> None:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
@@ -492,8 +497,7 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-@pytest.mark.slow  # a server of its own whose processes are killed or raced: 4-7 s
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+@kills_workers
 def test_workers_killed_mid_request_fail_it_with_503_and_sigterm_still_exits(trained: TrainedRun) -> None:
     limits = ("--max-lines", 3000, "--max-queue", 3000)
     with running_server(trained.checkpoint, "--workers", 2, *limits) as server:
@@ -538,8 +542,7 @@ def test_a_json_body_sent_as_a_form_is_read_as_json(server: Server, offline: Tra
     ]
 
 
-@pytest.mark.slow  # a server of its own whose processes are killed or raced: 4-7 s
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+@kills_workers
 def test_a_worker_that_dies_idle_is_replaced_before_any_request(trained: TrainedRun) -> None:
     with running_server(trained.checkpoint, "--workers", 2) as server:
         workers = children(server.process.pid)
