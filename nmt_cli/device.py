@@ -13,7 +13,11 @@ import torch
 
 from nmt_cli.errors import InputError, SettingError
 
-ONEDNN_CACHE_ENTRIES = 32
+# Compiled matmul kernels oneDNN keeps (_bound_onednn_caches): decoding's few shapes a batch fit
+# in 32, training's some 80 an update do not.
+DECODE_PRIMITIVES = 32
+TRAIN_PRIMITIVES = 256
+IDEEP_CACHE_ENTRIES = 32
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,18 +68,18 @@ def cpu_bf16_speedup() -> float:
     return best[torch.float32] / best[torch.bfloat16]
 
 
-def configure_cpu(threads: int) -> None:
+def configure_cpu(threads: int, primitives: int = DECODE_PRIMITIVES) -> None:
     """Thread count, flush-to-zero for denormal floats, and glibc's malloc kept from unmapping.
 
     Adam's second moments and tiny gradients decay into the denormal range, where x86
     arithmetic is many times slower. glibc serves every large tensor with a fresh mmap and
     returns it on free, so each update would pay page faults for its activations again; freed
-    memory is kept in the heap instead. oneDNN's caches are bounded before its first use (see
-    _bound_onednn_caches).
+    memory is kept in the heap instead. oneDNN's caches are bounded before its first use, its
+    primitive cache at `primitives` (see _bound_onednn_caches).
     """
     torch.set_flush_denormal(True)
     _keep_freed_memory()
-    _bound_onednn_caches()
+    _bound_onednn_caches(primitives)
     if threads > 0:  # RuntimeConfig has checked the count
         torch.set_num_threads(threads)
 
@@ -92,14 +96,15 @@ def _keep_freed_memory() -> None:
     libc.mallopt(m_trim_threshold, 1 << 30)  # give memory back only beyond 1 GB of free heap
 
 
-def _bound_onednn_caches() -> None:
-    """bf16 matmuls on CPU go through oneDNN, whose two caches (its own primitive cache and
-    PyTorch's ideep LRU) keep up to 1024 entries each, with buffers, per matmul shape. Batch
-    shapes change every update, so they fill up with one-off shapes and their buffers; 32 entries
-    each bound the memory without slowing training down (fewer did). Users may still set either
-    variable themselves."""
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
-    os.environ.setdefault("LRU_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
+def _bound_onednn_caches(primitives: int) -> None:
+    """bf16 matmuls on CPU go through oneDNN, which compiles a kernel for each new matmul shape
+    (milliseconds each) and keeps it in its primitive cache, for about 3 MB each; PyTorch's ideep
+    keeps an LRU of its own. Decoding loses little to a small cache (32). One training update
+    makes some 80 shapes (each linear layer's forward and two gradients, the attention's batched
+    products, the loss's chunks), which a cache of 32 compiles again every update; 256 keep
+    the recurring ones (docs/benchmarks.md). Users may still set either variable themselves."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(primitives))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(IDEEP_CACHE_ENTRIES))
 
 
 def configure_cuda() -> None:

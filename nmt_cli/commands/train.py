@@ -21,7 +21,7 @@ import torch
 from nmt_cli import checkpoint
 from nmt_cli.config import ModelConfig, RunConfig, TrainConfig
 from nmt_cli.data import corpus, spm
-from nmt_cli.device import check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
+from nmt_cli.device import TRAIN_PRIMITIVES, check_precision, configure_cpu, cpu_bf16_speedup, resolve_device
 from nmt_cli.errors import InputError, NmtError, RunFailure, Terminated
 from nmt_cli.files import locked_directory
 from nmt_cli.model import Transformer, count_parameters
@@ -66,7 +66,7 @@ def run(
     recipe's train.precision."""
     world = distributed.from_env()
     reporter = Reporter(quiet or not world.is_main)
-    configure_cpu(runtime.threads)
+    configure_cpu(runtime.threads, TRAIN_PRIMITIVES)
     dev = distributed.local_device(resolve_device(runtime.device), world)
     distributed.init(world, dev)
     # Rank 0 holds the run directory's lock: a second `nmt train` on the same --out is refused.

@@ -23,6 +23,10 @@ from nmt_cli.special_ids import PAD_ID
 
 CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 per chunk: it stays in a CPU core's cache
 GPU_CHUNK_ELEMENTS = 1 << 27  # 512 MB: a few chunks a batch (each costs a dozen kernel launches)
+# On CPU oneDNN compiles a matmul kernel for each new row count, which costs more than the
+# product itself (docs/benchmarks.md). Chunks of a multiple of this many rows, the last one
+# padded up to it, give the projection a handful of row counts instead of one per batch.
+CPU_ROW_MULTIPLE = 64
 
 ChunkLoss = Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor, Tensor]]
 
@@ -87,6 +91,12 @@ def _chunk_rows(device: torch.device, vocab: int) -> int:
     return max(1, elements // vocab)
 
 
+def _row_multiple(device: torch.device, rows: int) -> int:
+    """What a chunk's rows are a multiple of (`CPU_ROW_MULTIPLE`): 1 on a GPU, whose kernels
+    take any row count."""
+    return 1 if device.type == "cuda" else min(CPU_ROW_MULTIPLE, rows)
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
     """The loss and, when a gradient is wanted, the gradient too, in one pass over each chunk:
     backward then only scales the stored gradient."""
@@ -148,13 +158,18 @@ class _LinearSmoothedCrossEntropy(torch.autograd.Function):
         with torch.autocast(device.type, enabled=False):  # the dtypes here are chosen explicitly
             h, w = hidden.to(dtype), weight.to(dtype)
             b = bias.to(dtype) if bias is not None else None
+            rows = _chunk_rows(device, vocab)
+            multiple = _row_multiple(device, rows)
+            rows -= rows % multiple
+            if n % multiple:  # padding rows: PAD targets, so they add no loss and no gradient
+                h = torch.nn.functional.pad(h, (0, 0, 0, multiple - n % multiple))
+                target = torch.nn.functional.pad(target, (0, multiple - n % multiple), value=PAD_ID)
             grad_hidden = torch.empty_like(h) if want[0] else None
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=device) if want[1] else None
             grad_bias = torch.zeros(vocab, dtype=torch.float32, device=device) if want[2] else None
             loss = torch.zeros((), dtype=torch.float32, device=device)
             nll = torch.zeros((), dtype=torch.float32, device=device)
-            rows = _chunk_rows(device, vocab)
-            for start in range(0, n, rows):
+            for start in range(0, h.shape[0], rows):
                 stop = start + rows
                 part = h[start:stop]
                 logits = part @ w.T if b is None else torch.addmm(b, part, w.T)
@@ -167,6 +182,8 @@ class _LinearSmoothedCrossEntropy(torch.autograd.Function):
                     grad_weight += grad.T @ part
                 if grad_bias is not None:
                     grad_bias += grad.sum(dim=0, dtype=torch.float32)
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden[:n]
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(nll)

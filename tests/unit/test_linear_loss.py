@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import tiny_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt_cli.data.batching import collate
 from nmt_cli.model import Transformer
@@ -119,6 +120,44 @@ def test_the_model_keeps_the_rows_asked_for_and_projects_with_its_output_layer()
     hidden = model(src, tgt_in, rows=rows, project=False)
     weight, bias = model.output_layer()
     torch.testing.assert_close(hidden @ weight.T + bias, logits.reshape(15, -1)[rows])
+
+
+class MatmulRows(TorchDispatchMode):
+    """The row counts of the matrix products dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default):
+            first = args[1] if func is torch.ops.aten.addmm.default else args[0]
+            self.rows.add(first.shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+def test_on_cpu_the_projection_multiplies_a_few_row_counts_whatever_the_batch():
+    """oneDNN compiles a kernel for every new row count (milliseconds, more than the product
+    itself), so the chunks' rows are multiples of 64, the last one padded: 40 batch sizes make
+    at most 9 row counts, not 40, and the padding changes neither loss nor gradients."""
+    tensors = projection(700, 16, 4000, bias=True)
+    target = torch.randint(1, 4000, (700,), generator=torch.Generator().manual_seed(3))
+    seen = MatmulRows()
+    with seen:
+        for n in range(660, 700):
+            loss, _ = linear_label_smoothed_nll(tensors[0][:n], tensors[1], tensors[2], target[:n], 0.1)
+            loss.backward()
+    counts = {rows for rows in seen.rows if rows != 4000}  # the weight gradient's product
+    assert all(rows % 64 == 0 for rows in counts), sorted(counts)
+    assert len(counts) <= 9, sorted(counts)
+    some = [tensors[0][:683].detach(), *tensors[1:]]  # 683 rows: a chunk padded by 21
+    expected_loss, _, expected_grads = by_logits(some, target[:683], 0.1)
+    padded = [t.detach().clone().requires_grad_() for t in some]
+    loss, _ = linear_label_smoothed_nll(*padded, target[:683], 0.1)
+    (3.0 * loss).backward()
+    torch.testing.assert_close(loss, expected_loss)
+    for tensor, expected in zip(padded, expected_grads, strict=True):
+        torch.testing.assert_close(tensor.grad, expected)
 
 
 @pytest.mark.slow  # compiles (about half a minute on two cores)

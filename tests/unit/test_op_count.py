@@ -23,7 +23,8 @@ from gpu_measure import count_aten_ops  # noqa: E402
 # Counted with torch 2.13 on CPU when the budget was set. A change that adds operators fails here;
 # one that removes some should lower its number to the new count (the failure message and
 # `pytest -s` print it), so that the saving cannot be lost unseen later.
-BUDGET = {"fp32": 855, "bf16": 1239}
+# On CPU 3 of them pad the loss's rows to a multiple of 64 (training/loss.py), which a GPU skips.
+BUDGET = {"fp32": 858, "bf16": 1242}
 
 TINY = ModelConfig(
     encoder_layers=2, decoder_layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16,
