@@ -46,7 +46,9 @@ def test_training_flops_of_an_unpadded_batch_are_what_flop_counter_mode_counts(p
     # the CPU's flash kernel), with a backward of twice the forward, as the formula assumes.
     torch.manual_seed(0)
     model = Transformer(TINY).train()
-    batch = batch_of([19] * 6, [24] * 6)  # every row of a side one length: nothing padded
+    # Every row of a side one length: nothing padded; 6 x 32 target rows with their EOS, a
+    # multiple of 64, so that the loss on CPU pads none either (training/loss.py).
+    batch = batch_of([19] * 6, [31] * 6)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
         accumulate_gradients(model, [batch], 0.1, precision, scaler, torch.device("cpu"))
