@@ -86,15 +86,14 @@ def chunk_function(device: torch.device, fused: bool | None = None) -> ChunkLoss
     return _fused_chunk_loss if (device.type == "cuda" if fused is None else fused) else chunk_loss
 
 
-def _chunk_rows(device: torch.device, vocab: int) -> int:
-    elements = GPU_CHUNK_ELEMENTS if device.type == "cuda" else CHUNK_ELEMENTS
-    return max(1, elements // vocab)
-
-
-def _row_multiple(device: torch.device, rows: int) -> int:
-    """What a chunk's rows are a multiple of (`CPU_ROW_MULTIPLE`): 1 on a GPU, whose kernels
-    take any row count."""
-    return 1 if device.type == "cuda" else min(CPU_ROW_MULTIPLE, rows)
+def _chunking(device: torch.device, vocab: int) -> tuple[int, int]:
+    """Rows a chunk, and the multiple of rows the batch is padded to (`CPU_ROW_MULTIPLE` on
+    CPU; 1 on a GPU, whose kernels take any row count)."""
+    if device.type == "cuda":
+        return max(1, GPU_CHUNK_ELEMENTS // vocab), 1
+    rows = max(1, CHUNK_ELEMENTS // vocab)
+    multiple = min(CPU_ROW_MULTIPLE, rows)
+    return rows - rows % multiple, multiple
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -108,7 +107,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
         loss = torch.zeros((), dtype=torch.float32, device=logits.device)
         nll = torch.zeros((), dtype=torch.float32, device=logits.device)
-        rows = _chunk_rows(logits.device, vocab)
+        rows = _chunking(logits.device, vocab)[0]
         for start in range(0, n, rows):
             stop = start + rows
             chunk_sum, chunk_nll, chunk_grad = chunk_loss(logits[start:stop], target[start:stop], epsilon)
@@ -158,12 +157,11 @@ class _LinearSmoothedCrossEntropy(torch.autograd.Function):
         with torch.autocast(device.type, enabled=False):  # the dtypes here are chosen explicitly
             h, w = hidden.to(dtype), weight.to(dtype)
             b = bias.to(dtype) if bias is not None else None
-            rows = _chunk_rows(device, vocab)
-            multiple = _row_multiple(device, rows)
-            rows -= rows % multiple
-            if n % multiple:  # padding rows: PAD targets, so they add no loss and no gradient
-                h = torch.nn.functional.pad(h, (0, 0, 0, multiple - n % multiple))
-                target = torch.nn.functional.pad(target, (0, multiple - n % multiple), value=PAD_ID)
+            rows, multiple = _chunking(device, vocab)
+            pad = -n % multiple
+            if pad:  # padding rows: PAD targets, so they add no loss and no gradient
+                h = torch.nn.functional.pad(h, (0, 0, 0, pad))
+                target = torch.nn.functional.pad(target, (0, pad), value=PAD_ID)
             grad_hidden = torch.empty_like(h) if want[0] else None
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=device) if want[1] else None
             grad_bias = torch.zeros(vocab, dtype=torch.float32, device=device) if want[2] else None
