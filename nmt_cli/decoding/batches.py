@@ -21,6 +21,7 @@ def translate_batch(
     ensemble: Ensemble,
     src: Tensor,
     settings: DecodeSettings,
+    *,
     shortlist: Shortlist | None = None,
     constraints: Constraints | None = None,
 ) -> list[list[Hypothesis]]:
@@ -36,7 +37,7 @@ def translate_batch(
         # must not depend on whether its batch holds phrases.
         parts = [free.nonzero()[:, 0], (~free).nonzero()[:, 0]]
         found = [
-            translate_batch(ensemble, src[rows], settings, shortlist, given)
+            translate_batch(ensemble, src[rows], settings, shortlist=shortlist, constraints=given)
             for rows, given in zip(parts, (None, constraints.select(parts[1])), strict=True)
             if rows.numel()
         ]
@@ -97,7 +98,7 @@ def translate_sentences(
         batch_constraints = (
             Constraints.of(phrases, ordered, device, word_ends, where, word_starts) if any(phrases) else None
         )
-        hyps = translate_batch(ensemble, src, settings, shortlist, batch_constraints)
+        hyps = translate_batch(ensemble, src, settings, shortlist=shortlist, constraints=batch_constraints)
         for i, h in zip(idx.tolist(), hyps, strict=True):
             results[i] = h
     return results

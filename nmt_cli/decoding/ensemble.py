@@ -106,22 +106,18 @@ class Ensemble:
         return self.models[0].cfg.start_id
 
     def start(
-        self,
-        src: Tensor,
-        repeat: int,
-        vocab: Tensor | None = None,
-        align: bool = False,
-        steps: int | None = None,
+        self, src: Tensor, *, vocab: Tensor | None = None, align: bool = False, steps: int | None = None
     ) -> Batch:
-        """Encode a batch for `repeat` hypotheses per sentence; `vocab`: the target ids to score
-        (a shortlist's, `Shortlist.vocabulary`), None for the whole vocabulary; `align`: record
-        the first model's cross-attention at the layer that aligns (`alignment.default_layer`);
-        `steps`: the most steps the search takes, the positions its caches are allocated for."""
+        """Encode a batch, one hypothesis row per sentence (a beam search's `Batch.reorder` widens
+        it to the beam); `vocab`: the target ids to score (a shortlist's, `Shortlist.vocabulary`),
+        None for the whole vocabulary; `align`: record the first model's cross-attention at the
+        layer that aligns (`alignment.default_layer`); `steps`: the most steps the search takes,
+        the positions its caches are allocated for."""
         states = []
         for i, model in enumerate(self.models):
             memory, src_mask = _encode(model, src)
             watch = default_layer(model) if align and i == 0 else None
-            states.append(model.init_state(memory, src_mask, repeat, watch, steps))
+            states.append(model.init_state(memory, src_mask, watch=watch, capacity=steps))
         projections = [None if vocab is None else _projection(model, vocab) for model in self.models]
         alignable = (src != PAD_ID) & (src != EOS_ID) if align else None
         return Batch(states, vocab, projections, alignable)

@@ -105,15 +105,11 @@ def _constrain_length(
 
 @torch.inference_mode()
 def greedy_search(
-    ensemble: Ensemble,
-    src: Tensor,
-    settings: DecodeSettings,
-    vocab: Tensor | None = None,
-    prune_every: int | None = None,
+    ensemble: Ensemble, src: Tensor, settings: DecodeSettings, vocab: Tensor | None = None
 ) -> list[list[Hypothesis]]:
     """Beam 1 without beam bookkeeping: at each step the likeliest piece, or one drawn by
-    `settings.sampling`; finished rows leave the batch every `prune_every` steps (by default
-    `prune_interval` of the device). Of the search settings, only the length limits apply.
+    `settings.sampling`; finished rows leave the batch every `settings.prune_every` steps (by
+    default `prune_interval` of the device). Of the search settings, only the length limits apply.
     `vocab`: the target ids to choose from (a shortlist), None for all. Without `settings.scores`
     the hypotheses' scores are not wanted (NaN), so that the search takes the largest logit and
     skips the softmax, as CTranslate2 does. With `settings.alignments`, each hypothesis has its
@@ -121,11 +117,11 @@ def greedy_search(
     cfg, sampling = settings.search, settings.sampling
     normalize = settings.scores or sampling is not None
     n, device = src.shape[0], src.device
-    every = prune_every or prune_interval(device)
+    every = settings.prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     keys = row_keys(src, sampling.seed) if sampling is not None else None
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, settings.alignments, max_steps)
+    batch = ensemble.start(src, vocab=vocab, align=settings.alignments, steps=max_steps)
     out = torch.full((n, max_steps), PAD_ID, dtype=torch.long, device=device)
     totals = torch.zeros(n, device=device) if normalize else torch.full((n,), float("nan"), device=device)
     active = torch.arange(n, device=device)
@@ -165,7 +161,6 @@ def beam_search(
     settings: DecodeSettings,
     vocab: Tensor | None = None,
     constraints: Constraints | None = None,
-    prune_every: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with `settings.search`; returns the `settings.nbest` best hypotheses
     per sentence, best first, with their links (`Hypothesis.links`) where `settings.alignments`
@@ -178,14 +173,16 @@ def beam_search(
     the first K finishes a hypothesis (scored with the length penalty), the first K others
     continue. A sentence is done when K have finished (without `early_stopping`: once its best
     running one cannot beat its worst finished one) or at its maximum length; done sentences
-    leave the batch every `prune_every` steps (`prune_interval`; with constraints, every step)."""
+    leave the batch every `settings.prune_every` steps (`prune_interval`; with constraints, every
+    step)."""
     cfg = settings.search
     n, k, device = src.shape[0], cfg.beam, src.device
     search = beam_strategy(constraints, vocab, n, device)
-    every = 1 if search.prunes_every_step else prune_every or prune_interval(device)
+    every = 1 if search.prunes_every_step else settings.prune_every or prune_interval(device)
     limit = max_lengths(src, cfg.max_len_a, cfg.max_len_b, ensemble.max_positions)
     max_steps = int(limit.max())
-    batch = ensemble.start(src, 1, vocab, settings.alignments or search.reads_attention, max_steps)
+    align = settings.alignments or search.reads_attention
+    batch = ensemble.start(src, vocab=vocab, align=align, steps=max_steps)
     per_sentence = 1  # hypothesis rows per sentence in the decoder state: K after the first step
     fin = Finished.empty(n, k, max_steps, device)
     active = torch.arange(n, device=device)  # sentence ids in the batch

@@ -119,6 +119,9 @@ class DecodeSettings:
     """Terms whose target side a translation must contain where the line holds the source side."""
     ordered_constraints: bool = False
     """Whether a line's phrases must appear in the order given (else in any order)."""
+    prune_every: int | None = None
+    """Steps between two prunings of finished sentences from the batch; None: the device's
+    (`search.prune_interval`). No option sets it: the search's tests do."""
 
 
 def resolve(

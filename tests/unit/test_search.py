@@ -101,9 +101,8 @@ class FullState:
 
 
 class Recompute(Ensemble):
-    def start(self, src, repeat, vocab=None, align=False, steps=None):
-        rows = torch.arange(src.shape[0]).repeat_interleave(repeat)
-        return Batch([FullState(src[rows], torch.empty(len(rows), 0, dtype=torch.long))])
+    def start(self, src, *, vocab=None, align=False, steps=None):
+        return Batch([FullState(src, torch.empty(src.shape[0], 0, dtype=torch.long))])
 
     def step(self, tokens, batch, normalize=True):
         state = batch.states[0]
@@ -353,12 +352,11 @@ def test_beam_search_pruning_every_few_steps_finds_what_pruning_every_step_finds
     vocab = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 10, 11])
     for models, listed in ((pair[:1], None), (pair, vocab)):
         counted = Counted(models)
-        at_once = beam_search(counted, src, DecodeSettings(cfg, 3, alignments=align), listed, prune_every=1)
+        at_once = beam_search(counted, src, DecodeSettings(cfg, 3, alignments=align, prune_every=1), listed)
         assert len(set(counted.rows[1:])) >= 3  # sentences were done at several different steps
         for every in (2, 5):
-            later = beam_search(
-                Ensemble(models), src, DecodeSettings(cfg, 3, alignments=align), listed, prune_every=every
-            )
+            settings = DecodeSettings(cfg, 3, alignments=align, prune_every=every)
+            later = beam_search(Ensemble(models), src, settings, listed)
             assert found(later) == found(at_once)
             for got, want in zip(later, at_once, strict=True):
                 assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
@@ -386,8 +384,8 @@ class SureAfter(Ensemble):
 def test_a_sentence_done_stays_done_until_it_is_pruned(style):
     cfg = dataclasses.replace(decoding(4, 1.0, style, 1.5, 3), early_stopping=False)
     src = scattered_sources()
-    at_once = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3), prune_every=1)
-    later = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3), prune_every=5)
+    at_once = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3, prune_every=1))
+    later = beam_search(SureAfter([ends_early(0)], 2), src, DecodeSettings(cfg, 3, prune_every=5))
     assert found(later) == found(at_once)
 
 
@@ -403,8 +401,8 @@ def test_greedy_search_pruning_every_few_steps_finds_what_pruning_every_step_fin
     model, src = ends_early(0), scattered_sources()
     call = DecodeSettings(decoding(1, 1.0, "gnmt", 1.5, 3), **settings)
     counted = Counted([model])
-    at_once = greedy_search(counted, src, call, prune_every=1)
+    at_once = greedy_search(counted, src, dataclasses.replace(call, prune_every=1))
     assert len(set(counted.rows)) >= 4  # sentences ended at several different steps
-    later = greedy_search(NeverEndsTwice([model]), src, call, prune_every=4)
+    later = greedy_search(NeverEndsTwice([model]), src, dataclasses.replace(call, prune_every=4))
     assert found(later) == found(at_once)
     assert [s[0].score for s in later] == pytest.approx([s[0].score for s in at_once], abs=1e-5, nan_ok=True)

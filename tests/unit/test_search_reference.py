@@ -99,7 +99,7 @@ def test_beam_search_is_the_textbook_search(beam: int, count: int, prune_every: 
         )
         with torch.inference_mode():
             fast = beam_search(
-                Ensemble(ensemble), src, DecodeSettings(cfg, nbest=beam), prune_every=prune_every
+                Ensemble(ensemble), src, DecodeSettings(cfg, nbest=beam, prune_every=prune_every)
             )
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, beam) for i in range(src.shape[0])]
         assert [[h.tokens for h in hyps] for hyps in fast] == [[t for t, _ in hyps] for hyps in slow]
@@ -124,7 +124,7 @@ def test_greedy_search_is_the_textbook_search_of_beam_one(
             beam=1, lenpen=0.8, lenpen_style="fairseq", max_len_a=a, max_len_b=b, min_len=min_len
         )
         with torch.inference_mode():
-            fast = greedy_search(Ensemble(ensemble), src, DecodeSettings(cfg), prune_every=prune_every)
+            fast = greedy_search(Ensemble(ensemble), src, DecodeSettings(cfg, prune_every=prune_every))
             slow = [reference_beam(ensemble, src[i : i + 1], cfg, 1) for i in range(src.shape[0])]
         assert [h[0].tokens for h in fast] == [hyps[0][0] for hyps in slow]
         for hyps, want in zip(fast, slow, strict=True):

@@ -31,9 +31,9 @@ def syncs(search: str, steps: int, early_stopping: bool, prune_every: int) -> Co
     )
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         if search == "beam":
-            beam_search(Ensemble([model]), src, DecodeSettings(cfg), prune_every=prune_every)
+            beam_search(Ensemble([model]), src, DecodeSettings(cfg, prune_every=prune_every))
         else:
-            greedy_search(Ensemble([model]), src, DecodeSettings(cfg), prune_every=prune_every)
+            greedy_search(Ensemble([model]), src, DecodeSettings(cfg, prune_every=prune_every))
     return Counter(e.name for e in prof.events() if e.name in SYNCING)
 
 

@@ -140,8 +140,8 @@ class Recomputing(Ensemble):
     """The ensemble as the search sees it, each step a full teacher-forced pass of each model over
     every row's tokens so far: nothing carried from one step to the next but the tokens."""
 
-    def start(  # type: ignore[override]
-        self, src: Tensor, repeat: int, vocab: Tensor | None = None, align: bool = False, steps: int = 0
+    def start(
+        self, src: Tensor, *, vocab: Tensor | None = None, align: bool = False, steps: int | None = None
     ) -> Batch:
         return Prefixes(src, vocab, (src != PAD_ID) & (src != EOS_ID) if align else None)
 
@@ -214,10 +214,10 @@ class Case:
         vocab = SHORTLIST if self.shortlist else None
         constraints = Constraints.of(PHRASES, False, torch.device("cpu")) if self.constraints else None
         with torch.inference_mode():
-            settings = DecodeSettings(cfg, self.nbest, alignments=self.align)
+            settings = DecodeSettings(cfg, self.nbest, alignments=self.align, prune_every=self.prune_every)
             if self.beam == 1 and constraints is None:
-                return greedy_search(ensemble, sources(), settings, vocab, self.prune_every)
-            return beam_search(ensemble, sources(), settings, vocab, constraints, self.prune_every)
+                return greedy_search(ensemble, sources(), settings, vocab)
+            return beam_search(ensemble, sources(), settings, vocab, constraints)
 
 
 CASES = [
