@@ -90,16 +90,9 @@ def shortlist(
     imported()
 
     command.run(
-        model=model,
-        train=train,
-        output=output,
-        languages=(src, tgt),
-        candidates=candidates,
-        frequent=frequent,
-        max_pairs=max_pairs,
-        valid=valid,
-        quiet=Globals.quiet or quiet,
-    )
+        model=model, train=train, output=output, languages=(src, tgt), valid=valid,
+        candidates=candidates, frequent=frequent, max_pairs=max_pairs, quiet=Globals.quiet or quiet,
+    )  # fmt: skip
 
 
 def import_(
@@ -145,10 +138,6 @@ def export(
     imported()
 
     command.run(
-        model=model,
-        fmt=format_,
-        out=output,
-        quantization=quantization,
-        force=force,
+        model=model, fmt=format_, out=output, quantization=quantization, force=force,
         quiet=Globals.quiet or quiet,
-    )
+    )  # fmt: skip

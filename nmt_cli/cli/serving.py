@@ -78,16 +78,9 @@ def serve(
     decode = DecodeOverrides(shortlist=shortlist)
     try:
         command.run(
-            models=model,
-            host=host,
-            port=port,
-            runtime=runtime,
-            limits=limits,
-            quiet=Globals.quiet or quiet,
-            decode=decode,
-            api_keys=api_keys,
-            allow_anonymous=allow_anonymous,
-        )
+            models=model, host=host, port=port, api_keys=api_keys, allow_anonymous=allow_anonymous,
+            runtime=runtime, limits=limits, decode=decode, quiet=Globals.quiet or quiet,
+        )  # fmt: skip
     except StoppedAtOnce:
         Globals.exit_at_once = True  # its decoding threads may still run: no teardown (`__main__`)
         raise

@@ -116,7 +116,7 @@ class ConstrainedBeam:
         each hypothesis's most attended source position, read for placement (`decoding.placement`):
         a hypothesis that gave up a term's place ends here, unfinished (wandering on until its
         attention met the source term again put the term in a sentence of its own; a sentence
-        left with none is searched again, `batches.translate_batch`), and one that attends a
+        left with none is searched again, `batches.BatchSearch`), and one that attends a
         placed term's source again does not write the model's own word for it there."""
         r = log_probs.shape[0] // active.numel()
         lengths = self.constraints.lengths[active].repeat_interleave(r, dim=0)

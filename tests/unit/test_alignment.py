@@ -14,7 +14,7 @@ from helpers import VARIANTS, TrainedRun, one_thread, sentences, tiny_model
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.alignment import attended_pieces, default_layer, pharaoh, word_alignment, word_of_pieces
-from nmt_cli.decoding.batches import translate_batch
+from nmt_cli.decoding.batches import BatchSearch
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.settings import DecodeSettings
 from nmt_cli.decoding.text_plan import plan_texts
@@ -112,7 +112,7 @@ def test_links_recorded_during_search_are_the_teacher_forced_ones(beam: int, var
     src[2, 4:] = PAD_ID
     src[2, 3] = EOS_ID
     cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=5)
-    found = translate_batch(Ensemble([model]), src, DecodeSettings(cfg, nbest=beam, alignments=True))
+    found = BatchSearch(Ensemble([model]), DecodeSettings(cfg, nbest=beam, alignments=True)).translate(src)
     for row, hyps in enumerate(found):
         source = src[row][(src[row] != PAD_ID) & (src[row] != EOS_ID)].numpy()
         for hyp in hyps:  # the n-best too: links move with their hypotheses

@@ -10,7 +10,7 @@ import torch
 from helpers import VARIANTS, tiny_model
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.batches import translate_batch
+from nmt_cli.decoding.batches import BatchSearch
 from nmt_cli.decoding.constraints import ConstraintProgress, Constraints
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.search import beam_search
@@ -103,7 +103,7 @@ def test_a_sentence_without_phrases_is_searched_as_without_constraints() -> None
 def test_an_ensemble_and_beam_one_meet_them_too() -> None:
     constraints = Constraints.of(PHRASES, False, torch.device("cpu"))
     ensemble = Ensemble([tiny(0), tiny(1)])
-    found = translate_batch(ensemble, sources(), DecodeSettings(decode(beam=1)), constraints=constraints)
+    found = BatchSearch(ensemble, DecodeSettings(decode(beam=1))).translate(sources(), constraints)
     for hyps, phrases in zip(found, PHRASES, strict=True):
         assert all(contains(hyps[0].tokens, p) >= 0 for p in phrases)
 
@@ -183,13 +183,9 @@ def test_beam_one_translates_a_sentence_without_phrases_as_greedy_search_whateve
         settings = DecodeSettings(
             DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, early_stopping=early_stopping)
         )
-        alone = translate_batch(Ensemble([model]), sources(), settings)
-        mixed = translate_batch(
-            Ensemble([model]),
-            sources(),
-            settings,
-            constraints=Constraints.of(PHRASES, False, torch.device("cpu")),
-        )
+        search = BatchSearch(Ensemble([model]), settings)
+        alone = search.translate(sources())
+        mixed = search.translate(sources(), Constraints.of(PHRASES, False, torch.device("cpu")))
         for row, phrases in enumerate(PHRASES):
             if not phrases:
                 assert mixed[row][0].tokens == alone[row][0].tokens

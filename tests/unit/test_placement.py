@@ -16,7 +16,7 @@ from test_constraints import sources as constraint_sources
 from nmt_cli import Translator
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.glossary import Glossary
-from nmt_cli.decoding.batches import translate_batch
+from nmt_cli.decoding.batches import BatchSearch
 from nmt_cli.decoding.constraints import ConstraintProgress, Constraints, restrict
 from nmt_cli.decoding.ensemble import Batch, Ensemble
 from nmt_cli.decoding.placement import Anchors, Placement, gave_up, own_word_again, placement
@@ -97,10 +97,9 @@ def test_a_sentence_whose_attention_never_meets_the_source_term_is_searched_agai
 ) -> None:
     attention_at(monkeypatch, 2, step=None)
     anchored = Constraints.of(PHRASES, False, CPU, anchors=[[(2,)]] * len(PHRASES))
-    found = translate_batch(Ensemble([tiny()]), sources(), DecodeSettings(CFG), constraints=anchored)
-    free = translate_batch(
-        Ensemble([tiny()]), sources(), DecodeSettings(CFG), constraints=Constraints.of(PHRASES, False, CPU)
-    )
+    search = BatchSearch(Ensemble([tiny()]), DecodeSettings(CFG))
+    found = search.translate(sources(), anchored)
+    free = search.translate(sources(), Constraints.of(PHRASES, False, CPU))
     assert [h[0].tokens for h in found] == [h[0].tokens for h in free]  # today's placement, met
 
 
