@@ -196,23 +196,19 @@ class Transformer(nn.Module):
         return logits if self.output_bias is None else logits + self.output_bias
 
     def init_state(
-        self,
-        memory: Tensor,
-        src_mask: Tensor,
-        beam: int = 1,
-        watch: int | None = None,
-        capacity: int | None = None,
+        self, memory: Tensor, src_mask: Tensor, watch: int | None = None, capacity: int | None = None
     ) -> DecoderState:
-        """The state before the first target token; decode_step then takes `beam` rows per sentence,
-        and records decoder layer `watch`'s cross-attention (`DecoderState.attended`). `capacity`:
-        the most target positions that will be fed, for which the first step allocates the
-        self-attention caches (`StaticKVCache`); None for a teacher-forced pass, which keeps its
-        keys and values as they are (a later step then copies them into buffers that double)."""
+        """The state before the first target token, one row per sentence (`DecoderState.reorder`
+        widens it to a beam); it records decoder layer `watch`'s cross-attention
+        (`DecoderState.attended`). `capacity`: the most target positions that will be fed, for
+        which the first step allocates the self-attention caches (`StaticKVCache`); None for a
+        teacher-forced pass, which keeps its keys and values as they are (a later step then copies
+        them into buffers that double)."""
         memory_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
         self_kv: list[SelfCache | None] = [
             None if capacity is None else StaticKVCache(capacity) for _ in self.decoder_layers
         ]
-        return DecoderState(memory_kv, self_kv, src_mask, 0, beam, watch)
+        return DecoderState(memory_kv, self_kv, src_mask, watch=watch)
 
     def forward(
         self,
