@@ -144,10 +144,7 @@ def prepare(
     Several --train corpora are binarized one after the other (train.corpus_weights mixes them).
     Running it again with the same inputs and options reuses the finished corpus.
     """
-    from nmt_cli.commands import prepare as command
     from nmt_cli.user_settings import PrepareConfig
-
-    imported()
 
     config = PrepareConfig(  # the lists as tuples: a frozen value
         train=tuple(train), valid=valid, src=src, tgt=tgt, out=out, test=test,
@@ -156,6 +153,9 @@ def prepare(
         byte_fallback=byte_fallback, normalization=normalization, spm_sample=spm_sample,
         max_len=max_len, max_ratio=max_ratio, errors=errors, workers=workers,
     )  # fmt: skip
+    from nmt_cli.commands import prepare as command  # torch: after the options are checked
+
+    imported()
     command.run(config, quiet=Globals.quiet or quiet)
 
 
@@ -194,14 +194,14 @@ def train(
     change training and decoding settings and dropout, not the model) with a fresh learning-rate
     schedule; its data must be prepared with the checkpoint's vocabulary (nmt prepare --spm-from).
     """
-    from nmt_cli.commands import train as command
     from nmt_cli.user_settings import RuntimeConfig
-
-    imported()
 
     if keep_optimizer and init_from is None:
         raise InputError("--keep-optimizer goes with --init-from (a resumed run keeps its optimizer anyway)")
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads)
+    from nmt_cli.commands import train as command  # torch: after the options are checked
+
+    imported()
     start = command.Start(init_from, keep_optimizer) if init_from is not None else None
     # train.tensorboard after the --set overrides, so that it wins; a TOML string whatever the path.
     board = [f"train.tensorboard={json.dumps(str(tensorboard), ensure_ascii=False)}"] if tensorboard else []

@@ -89,11 +89,8 @@ def translate(
     quiet: opt.Quiet = False,
 ) -> None:
     """Translate text with beam search, or sample translations (stdin to stdout by default)."""
-    from nmt_cli.commands import translate as command
     from nmt_cli.decoding.settings import Sampling
     from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig, TranslateJob
-
-    imported()
 
     Globals.fast_exit = True
     job = TranslateJob(  # what to translate, where to, in what shape
@@ -108,6 +105,9 @@ def translate(
     )  # fmt: skip
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     drawn = Sampling.given(sampling, topk, topp, temperature, seed)
+    from nmt_cli.commands import translate as command  # torch: after the options are checked
+
+    imported()
     command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet, sampling=drawn)
 
 
@@ -136,10 +136,7 @@ def attend(
     Translates as `nmt translate` does (stdout), then one teacher-forced pass per sentence gives
     a picture of target pieces (rows) by source pieces (columns); the search is untouched.
     """
-    from nmt_cli.commands import attend as command
     from nmt_cli.user_settings import AttendJob, DecodeOverrides, RuntimeConfig
-
-    imported()
 
     job = AttendJob(
         model=model, out_dir=out_dir, input_path=input_path,
@@ -150,4 +147,7 @@ def attend(
         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
     )  # fmt: skip
     runtime = RuntimeConfig(device=device, precision="fp32", threads=threads)
+    from nmt_cli.commands import attend as command  # torch: after the options are checked
+
+    imported()
     command.run(job, decode=decode, runtime=runtime, quiet=Globals.quiet or quiet)

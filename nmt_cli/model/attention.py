@@ -7,7 +7,9 @@ module.
 
 from __future__ import annotations
 
+import functools
 import math
+from types import ModuleType
 from typing import cast
 
 import torch
@@ -18,10 +20,17 @@ from nmt_cli.model.kv_cache import KVCache, SelfCache
 from nmt_cli.model.layers import dropout
 from nmt_cli.model.packing import Packing
 
-try:
-    from torch.nn.attention import varlen
-except ImportError:  # an older torch: packed batches attend through the padded layout
-    varlen = None  # type: ignore[assignment]
+
+@functools.cache
+def _varlen() -> ModuleType | None:
+    """torch's variable-length attention, imported on first use: it loads torch._dynamo, which
+    would double the start-up of every command, CPU ones included. None on an older torch, where
+    packed batches attend through the padded layout."""
+    try:
+        from torch.nn.attention import varlen
+    except ImportError:
+        return None
+    return varlen
 
 
 def _explicit(q: Tensor, queries: int) -> bool:
@@ -37,9 +46,8 @@ def _explicit(q: Tensor, queries: int) -> bool:
 def _variable_length(q: Tensor, dropout_p: float) -> bool:
     """Whether torch's variable-length flash attention takes packed q: CUDA, half precision
     (flash kernels), and no attention dropout (the kernel has none)."""
-    return (
-        varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0.0
-    )
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    return q.is_cuda and half and dropout_p == 0.0 and _varlen() is not None
 
 
 class MultiHeadAttention(nn.Module):
@@ -207,7 +215,7 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if _variable_length(q, p):
             window = (-1, 0) if causal else (-1, -1)
-            out = cast(Tensor, varlen.varlen_attn(
+            out = cast(Tensor, cast(ModuleType, _varlen()).varlen_attn(
                 q, k, v, query.offsets, keys.offsets, query.longest, keys.longest, window_size=window
             ))  # fmt: skip
         else:  # the padded layout for the call: a padded batch's attention, exactly
