@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml
 # that a module's server or model is made once: many tests wait on a child process or a server.
 JOBS ?= 2
 test: $(STAMP)
+	@# The package's bytecode, written once even where PYTHONDONTWRITEBYTECODE is set: the tests start
+	@# about a hundred nmt processes, each of which would otherwise compile it again (0.3 s apiece).
+	$(BIN)/python -m compileall -q nmt_cli
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(if $(filter 1,$(SLOW)),,-m "not slow")
 
 lint: $(STAMP)
@@ -57,4 +60,4 @@ gpu-run:
 	PYTHONPATH=".$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_RUN_PYTHON) bench/gpu_run.py
 
 clean:
-	rm -rf $(VENV) demo bench/results bench/work .pytest_cache
+	rm -rf $(VENV) demo bench/results bench/work .pytest_cache nmt_cli/__pycache__ nmt_cli/*/__pycache__
