@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import Corpus, nmt, train_args
-from torch._dynamo.utils import counters
 
 from nmt_cli import checkpoint
 from nmt_cli.report import MetricsLog
@@ -28,6 +27,8 @@ COMMON = (
 
 @pytest.mark.slow  # torch.compile's C++ code generation: 4 s and more
 def test_compiled_training_takes_the_updates_of_the_eager_model(corpus: Corpus, tmp_path: Path) -> None:
+    from torch._dynamo.utils import counters  # here: dynamo takes seconds to import, and most runs skip this
+
     runs = {}
     graphs_before = counters["stats"]["unique_graphs"]
     for compiled in (False, True):

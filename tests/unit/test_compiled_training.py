@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import tiny_model
-from torch._dynamo.utils import counters
 
 from nmt_cli.data.batching import collate
 from nmt_cli.training.loop import compiled
@@ -32,6 +31,8 @@ def epoch(layout: str) -> list[dict]:
 @pytest.mark.slow  # compiles a forward and backward on CPU: about a minute each
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 def test_an_epoch_of_new_shapes_compiles_once_and_trains_as_eager(layout):
+    from torch._dynamo.utils import counters  # here: dynamo takes seconds to import, and most runs skip this
+
     torch._dynamo.reset()
     counters.clear()
     scaler = torch.amp.GradScaler("cpu", enabled=False)
