@@ -62,20 +62,21 @@ def serve(
     side by side, each with its own workers and queue, routed by the requests' source and target.
     --shortlist sets the default of requests, which may still say "shortlist": false.
     """
-    from nmt_cli.commands import serve as command
     from nmt_cli.serving.limits import ServeLimits
-    from nmt_cli.serving.server import StoppedAtOnce
     from nmt_cli.user_settings import DecodeOverrides, RuntimeConfig
-
-    imported()
 
     limits = ServeLimits(
         max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, max_queue=max_queue,
         max_input_chars=max_input_chars, max_lines=max_lines, request_timeout=request_timeout,
         max_client_connections=max_client_connections, max_html_tags=max_html_tags,
     )  # fmt: skip
+    limits.validate()  # here, before torch is imported; `run` checks again for its other callers
     runtime = RuntimeConfig(device=device, precision=precision, threads=threads, workers=workers)
     decode = DecodeOverrides(shortlist=shortlist)
+    from nmt_cli.commands import serve as command  # torch: after the options are checked
+    from nmt_cli.serving.server import StoppedAtOnce
+
+    imported()
     try:
         command.run(
             models=model, host=host, port=port, api_keys=api_keys, allow_anonymous=allow_anonymous,

@@ -81,6 +81,7 @@ def imports_of(*args: object, stdin: str = "") -> tuple[str, str]:
         (("translate", "-m", "absent.pt", "--beam", "0"), "--beam 0"),
         (("attend", "-m", "absent.pt", "--out-dir", "pictures", "--lenpen", "-1"), "--lenpen -1.0"),
         (("train", "--data", "absent", "--out", "run", "--threads", "-3"), "--threads -3"),
+        (("serve", "-m", "absent.pt", "--max-queue", "0"), "--max-queue 0"),
     ],
 )
 def test_a_bad_option_is_refused_before_torch_is_imported(args: tuple[str, ...], flag: str) -> None:
