@@ -31,8 +31,8 @@ $(STAMP): pyproject.toml
 JOBS ?= 2
 test: $(STAMP)
 	@# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: pytest keeps its rewritten test
-	@# and plugin modules (about 400: 8 s in each test process) only so, and each of the hundred nmt
-	@# processes the tests start would compile the package again (0.3 s apiece).
+	@# and plugin modules only so (each test process rewrote them all), and each of the nmt processes
+	@# the tests start would compile the package again.
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(if $(filter 1,$(SLOW)),,-m "not slow")
 
 lint: $(STAMP)

@@ -23,9 +23,9 @@ from nmt_cli.model.packing import Packing
 
 @functools.cache
 def _varlen() -> ModuleType | None:
-    """torch's variable-length attention, imported on first use: it loads torch._dynamo, which
-    would double the start-up of every command, CPU ones included. None on an older torch, where
-    packed batches attend through the padded layout."""
+    """torch's variable-length attention, imported on first use: it loads torch._dynamo, about as
+    long to import as torch itself, which every command would pay, CPU ones included. None on an
+    older torch, where packed batches attend through the padded layout."""
     try:
         from torch.nn.attention import varlen
     except ImportError:
